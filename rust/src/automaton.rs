@@ -1,0 +1,1 @@
+//! The Aho-Corasick n-gram automaton (to be written).
