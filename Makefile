@@ -25,7 +25,7 @@ $(DEPS): pyproject.toml
 	touch $@
 
 # Rebuild the Rust extension in place when the Rust sources change.
-$(EXT): $(DEPS) $(RUST_SRC)
+$(EXT): $(RUST_SRC) | $(DEPS)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --skip-install --quiet
 	touch $@
 
