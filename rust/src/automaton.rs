@@ -1,1 +1,995 @@
-//! The Aho-Corasick n-gram automaton (to be written).
+//! The Aho-Corasick n-gram automaton that RACER's retrieval tree comes from
+//! (racer-spec.md: "The automaton", step 2 "Retrieval tree", step 9 "Update the automaton").
+//!
+//! The pure-Python twin `racer_ref.reference.automaton` explains every idea here at length,
+//! with diagrams; this file comments the decisions. Both must give the same `dump()` and the
+//! same `retrieve()` after every operation (the differential tests check it).
+//!
+//! # What the automaton holds
+//!
+//! * A **trie** over token ids. Node = state; the state's string is the path from the root.
+//!   `freq(s)` = how many times the string of `s` occurred in the committed tokens (spec step
+//!   9, "ours"), unless `s` was evicted meanwhile, in which case it counts from its re-creation.
+//!   Depth is bounded by `ngram`, so every operation is O(ngram) = O(1) per token.
+//! * The **open windows**: `windows[i]` is the state of the last `i` committed tokens, for
+//!   `i = 0..=ngram` (`windows[0]` is the root), or closed when that string is not in the trie.
+//!   Committing a token `t` extends each open window `i < ngram` by one node (`+1` on the
+//!   child for `t`, created if missing), giving the windows `i + 1` of the next step.
+//! * The **matching state**: the longest suffix of the committed tokens that is a trie path,
+//!   i.e. the longest open window.
+//! * **Lazy failure links**: `fail(s)` = the longest proper suffix of `s` that is a trie path.
+//!   Computed on demand by the textbook recurrence, cached per node, and invalidated by a
+//!   per-token epoch (see [`Automaton::fail`]).
+//! * An **LRU list** of the non-root nodes (`crate::lru`), touched bottom-up so that a parent
+//!   is never less recent than its children; when `len() == max_nodes` and a node must be
+//!   created, the least recently used node (always a leaf) is recycled.
+//!
+//! # Decisions (shared with the Python twin, and documented for users)
+//!
+//! * `len()` counts trie nodes **without** the root; `max_nodes` bounds `len()`, and must be
+//!   at least `ngram` so that one full window fits.
+//! * `retrieve(root, capacity)`: `capacity` counts **every distinct node of the retrieval
+//!   tree, the root included**, as the draft tree's capacity `C` does. `capacity = 1` gives
+//!   `[[root]]`, and so does a root with no border.
+//! * Windows are processed longest first. An eviction can close a window (its node is
+//!   recycled); a closed window is simply not extended, so the invariant "window `i` is open
+//!   iff the last `i` committed tokens are a trie path" always holds, and nothing dangles.
+//! * Ranking of retrieval candidates: frequency (higher first), then depth (shallower first),
+//!   then the rank of the parent in the selection (earlier first), then the token id (smaller
+//!   first). A continuation found below several borders is one node whose frequency is the
+//!   largest of theirs.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::error::{Error, Result};
+use crate::lru::RecencyList;
+
+/// A trie state (node), named by its slot in the arena.
+pub type StateID = u32;
+/// The root state (the empty string). It is never evicted and not counted by `len()`.
+pub const ROOT: StateID = 0;
+/// "No state".
+const NONE: StateID = u32::MAX;
+/// Largest accepted `ngram` (depth bound of the trie).
+pub const MAX_NGRAM: i64 = 256;
+/// Largest accepted `max_nodes` and `capacity` (2**31 - 1).
+pub const MAX_NODES_LIMIT: i64 = (1 << 31) - 1;
+/// Largest token id (ids must fit in 32 bits).
+pub const MAX_TOKEN: i64 = u32::MAX as i64;
+/// Number of failure-link epochs; a token `t` uses epoch `t % EPOCH_SLOTS`.
+pub const EPOCH_SLOTS: usize = 1024;
+/// A cache stamp that no epoch ever reaches.
+const NO_STAMP: u64 = u64::MAX;
+
+// ---------------------------------------------------------------------------------------
+// Child map: (parent, token) -> child, in one hash map with a tiny multiplicative hasher.
+// std's SipHash is DoS-resistant but ~3x slower here; keys are our own slot numbers and
+// token ids, so a fast mixing hash is enough. The final xor-shift folds the high half of
+// the product into the low bits, which hashbrown uses for the bucket index.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type ChildMap = HashMap<u64, StateID, BuildHasherDefault<KeyHasher>>;
+
+#[inline]
+fn child_key(parent: StateID, token: u32) -> u64 {
+    (u64::from(parent) << 32) | u64::from(token)
+}
+
+#[inline]
+fn epoch_slot(token: u32) -> usize {
+    token as usize % EPOCH_SLOTS
+}
+
+/// One trie node. Children are threaded as a doubly linked sibling list (for enumeration and
+/// O(1) unlinking); lookups go through the child map.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    token: u32,
+    parent: StateID,
+    depth: u32,
+    freq: u64,
+    first_child: StateID,
+    next_sibling: StateID,
+    prev_sibling: StateID,
+    /// Cached failure link, valid iff `fail_stamp == epochs[epoch_slot(token)]`.
+    fail: StateID,
+    fail_stamp: u64,
+    /// Bumped each time the slot is recycled, so a window can tell that its node is gone.
+    generation: u32,
+}
+
+impl Node {
+    fn root() -> Node {
+        Node {
+            token: 0,
+            parent: NONE,
+            depth: 0,
+            freq: 0,
+            first_child: NONE,
+            next_sibling: NONE,
+            prev_sibling: NONE,
+            fail: NONE,
+            fail_stamp: NO_STAMP,
+            generation: 0,
+        }
+    }
+}
+
+/// An open window: a state plus the generation of its slot when the window was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WindowRef {
+    state: StateID,
+    generation: u32,
+}
+
+const CLOSED: WindowRef = WindowRef { state: NONE, generation: 0 };
+const ROOT_WINDOW: WindowRef = WindowRef { state: ROOT, generation: 0 };
+
+/// Counters, reported by `stats()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Tokens committed by `extend` since construction or `reset()`.
+    pub committed_tokens: u64,
+    /// Trie nodes created.
+    pub inserts: u64,
+    /// Trie nodes recycled by LRU eviction.
+    pub evictions: u64,
+    /// Calls to `retrieve`.
+    pub retrieves: u64,
+    /// Failure-link lookups answered from the cache.
+    pub fail_hits: u64,
+    /// Failure-link lookups that had to be (re)computed.
+    pub fail_misses: u64,
+}
+
+// ---------------------------------------------------------------------------------------
+// Retrieval scratch space, kept between calls so that a step allocates only its result.
+// ---------------------------------------------------------------------------------------
+
+/// A candidate node of the retrieval tree: a continuation (relative to the root) and the
+/// trie nodes (one per border that has it) it stands for, stored in `pool[start..start+len]`.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    freq: u64,
+    depth: u32,
+    parent_rank: u32,
+    token: u32,
+    start: u32,
+    len: u32,
+}
+
+impl Candidate {
+    #[inline]
+    fn key(&self) -> (u64, std::cmp::Reverse<(u32, u32, u32)>) {
+        (self.freq, std::cmp::Reverse((self.depth, self.parent_rank, self.token)))
+    }
+}
+
+impl Ord for Candidate {
+    /// The max-heap pops the best candidate: higher frequency, then shallower, then earlier
+    /// parent, then smaller token. `(parent_rank, token)` is unique, so this is a total order.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Candidate {}
+
+/// A node kept in the retrieval tree; `rank` = its index in `kept`.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    token: u32,
+    depth: u32,
+    first_child: u32,
+    last_child: u32,
+    next_sibling: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Scratch {
+    heap: BinaryHeap<Candidate>,
+    pool: Vec<StateID>,
+    gather: Vec<(u32, u64, StateID)>,
+    kept: Vec<Kept>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The automaton.
+// ---------------------------------------------------------------------------------------
+
+/// The Aho-Corasick n-gram automaton with lazy failure links and O(1) LRU eviction.
+///
+/// See the module documentation for the semantics; the Python class `racer_ref.Automaton`
+/// wraps this type one to one.
+#[derive(Clone, Debug)]
+pub struct Automaton {
+    max_nodes: usize,
+    ngram: usize,
+    min_border_depth: usize,
+    nodes: Vec<Node>,
+    children: ChildMap,
+    recency: RecencyList,
+    free: Vec<StateID>,
+    len: usize,
+    /// `windows[i]`: the state of the last `i` committed tokens, or `CLOSED`.
+    windows: Vec<WindowRef>,
+    next_windows: Vec<WindowRef>,
+    matching: StateID,
+    epochs: Vec<u64>,
+    stats: Stats,
+    scratch: Scratch,
+}
+
+impl Automaton {
+    /// A new, empty automaton.
+    ///
+    /// * `max_nodes`: most trie nodes kept (root excluded), in `[ngram, 2**31 - 1]`
+    ///   (paper: 10,000);
+    /// * `ngram`: the window length n, in `[2, 256]` (paper: 10);
+    /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (spec: 2).
+    ///
+    /// Errors: `Error::Value` naming the first argument out of range.
+    pub fn new(max_nodes: i64, ngram: i64, min_border_depth: i64) -> Result<Self> {
+        if !(2..=MAX_NGRAM).contains(&ngram) {
+            return Err(Error::value("ngram", format!("must be in [2, {MAX_NGRAM}], got {ngram}")));
+        }
+        if !(ngram..=MAX_NODES_LIMIT).contains(&max_nodes) {
+            return Err(Error::value(
+                "max_nodes",
+                format!(
+                    "must be in [ngram, {MAX_NODES_LIMIT}] = [{ngram}, {MAX_NODES_LIMIT}] so that \
+                     one window of ngram tokens fits, got {max_nodes}"
+                ),
+            ));
+        }
+        if !(1..=ngram).contains(&min_border_depth) {
+            return Err(Error::value(
+                "min_border_depth",
+                format!("must be in [1, ngram] = [1, {ngram}], got {min_border_depth}"),
+            ));
+        }
+        let (max_nodes, ngram) = (max_nodes as usize, ngram as usize);
+        let reserve = max_nodes.min(1 << 16) + 1;
+        let mut a = Automaton {
+            max_nodes,
+            ngram,
+            min_border_depth: min_border_depth as usize,
+            nodes: Vec::with_capacity(reserve),
+            children: ChildMap::with_capacity_and_hasher(reserve, Default::default()),
+            recency: RecencyList::new(),
+            free: Vec::new(),
+            len: 0,
+            windows: vec![CLOSED; ngram + 1],
+            next_windows: vec![CLOSED; ngram + 1],
+            matching: ROOT,
+            epochs: vec![0; EPOCH_SLOTS],
+            stats: Stats::default(),
+            scratch: Scratch::default(),
+        };
+        a.reset();
+        Ok(a)
+    }
+
+    /// Forget everything (trie, windows, matching state, counters); keeps allocated memory.
+    pub fn reset(&mut self) {
+        self.nodes.clear();
+        self.nodes.push(Node::root());
+        self.children.clear();
+        self.recency.clear();
+        self.free.clear();
+        self.len = 0;
+        self.windows.fill(CLOSED);
+        self.windows[0] = ROOT_WINDOW;
+        self.next_windows.fill(CLOSED);
+        self.matching = ROOT;
+        self.epochs.fill(0);
+        self.stats = Stats::default();
+    }
+
+    /// Trie nodes in use, the root excluded (`<= max_nodes`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the trie holds only the root.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn max_nodes(&self) -> usize {
+        self.max_nodes
+    }
+
+    pub fn ngram(&self) -> usize {
+        self.ngram
+    }
+
+    pub fn min_border_depth(&self) -> usize {
+        self.min_border_depth
+    }
+
+    /// Counters since construction or the last `reset()`.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The matching state: the longest suffix of the committed tokens that is a trie path.
+    pub fn matching_state(&self) -> StateID {
+        self.matching
+    }
+
+    /// Depth of a state (0 for the root).
+    pub fn depth(&self, s: StateID) -> usize {
+        self.nodes[s as usize].depth as usize
+    }
+
+    /// Frequency of a state (0 for the root).
+    pub fn freq(&self, s: StateID) -> u64 {
+        self.nodes[s as usize].freq
+    }
+
+    /// The string (token ids from the root) of a state.
+    pub fn path(&self, mut s: StateID) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.depth(s));
+        while s != ROOT {
+            out.push(self.nodes[s as usize].token);
+            s = self.nodes[s as usize].parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// The child of `s` for `token`, if present.
+    #[inline]
+    pub fn child(&self, s: StateID, token: u32) -> Option<StateID> {
+        self.children.get(&child_key(s, token)).copied()
+    }
+
+    /// Check one token id given as a (possibly negative) integer; `index` names the element
+    /// of a sequence in the message. Errors: `Error::Value` naming `arg`.
+    pub fn check_token(arg: &'static str, index: Option<usize>, value: i64) -> Result<u32> {
+        if (0..=MAX_TOKEN).contains(&value) {
+            Ok(value as u32)
+        } else {
+            let what = index.map_or_else(String::new, |i| format!("element {i} "));
+            Err(Error::value(arg, format!("{what}must be in [0, {MAX_TOKEN}], got {value}")))
+        }
+    }
+
+    /// Check a retrieval capacity. Errors: `Error::Value` naming `capacity`.
+    pub fn check_capacity(capacity: i64) -> Result<usize> {
+        if (1..=MAX_NODES_LIMIT).contains(&capacity) {
+            Ok(capacity as usize)
+        } else {
+            Err(Error::value(
+                "capacity",
+                format!("must be in [1, {MAX_NODES_LIMIT}], got {capacity}"),
+            ))
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Step 9: commit tokens.
+    // -----------------------------------------------------------------------------------
+
+    /// Commit `tokens` one by one (spec step 9, "ours"): each open window of length
+    /// `< ngram` is extended by one node (`freq += 1`), and the matching state advances.
+    pub fn extend(&mut self, tokens: &[u32]) {
+        for &t in tokens {
+            self.extend_one(t);
+        }
+    }
+
+    fn extend_one(&mut self, token: u32) {
+        self.stats.committed_tokens += 1;
+        self.next_windows.fill(CLOSED);
+        self.next_windows[0] = ROOT_WINDOW;
+        // Longest window first: a creation for window i makes a string of length i + 1, so
+        // it can never re-create a string of a shorter window still to be processed, and
+        // "window open <=> string present" holds for the next step.
+        for i in (0..self.ngram).rev() {
+            let w = self.windows[i];
+            if !self.is_open(w) {
+                continue;
+            }
+            let parent = w.state;
+            let child = match self.child(parent, token) {
+                Some(c) => {
+                    self.nodes[c as usize].freq += 1;
+                    c
+                }
+                None => {
+                    if self.len == self.max_nodes {
+                        // Make `parent` and its ancestors the most recent nodes so that the
+                        // victim (the LRU tail) is not on the path we are extending: that
+                        // path has <= ngram - 1 nodes and the trie has max_nodes >= ngram.
+                        self.touch_path(parent);
+                        self.evict_lru_leaf();
+                    }
+                    self.insert(parent, token)
+                }
+            };
+            // Bottom-up: child, parent, ..., so a parent is never less recent than a child.
+            self.touch_path(child);
+            let generation = self.nodes[child as usize].generation;
+            self.next_windows[i + 1] = WindowRef { state: child, generation };
+        }
+        std::mem::swap(&mut self.windows, &mut self.next_windows);
+        // A later creation in this step may have recycled an earlier window's node; the
+        // generation check in `is_open` skips it.
+        self.matching = (0..=self.ngram)
+            .rev()
+            .map(|i| self.windows[i])
+            .find(|&w| self.is_open(w))
+            .map_or(ROOT, |w| w.state);
+    }
+
+    #[inline]
+    fn is_open(&self, w: WindowRef) -> bool {
+        w.state != NONE && self.nodes[w.state as usize].generation == w.generation
+    }
+
+    /// Touch `s` and its ancestors, bottom-up (the root is not on the LRU list).
+    #[inline]
+    fn touch_path(&mut self, mut s: StateID) {
+        while s != ROOT {
+            self.recency.touch(s);
+            s = self.nodes[s as usize].parent;
+        }
+    }
+
+    fn insert(&mut self, parent: StateID, token: u32) -> StateID {
+        let depth = self.nodes[parent as usize].depth + 1;
+        let sibling = self.nodes[parent as usize].first_child;
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.nodes.push(Node::root());
+                (self.nodes.len() - 1) as StateID
+            }
+        };
+        let generation = self.nodes[slot as usize].generation;
+        self.nodes[slot as usize] = Node {
+            token,
+            parent,
+            depth,
+            freq: 1,
+            first_child: NONE,
+            next_sibling: sibling,
+            prev_sibling: NONE,
+            fail: NONE,
+            fail_stamp: NO_STAMP,
+            generation,
+        };
+        if sibling != NONE {
+            self.nodes[sibling as usize].prev_sibling = slot;
+        }
+        self.nodes[parent as usize].first_child = slot;
+        self.children.insert(child_key(parent, token), slot);
+        // A new string ending in `token` may be a longer proper suffix of some node's string.
+        self.epochs[epoch_slot(token)] += 1;
+        self.len += 1;
+        self.stats.inserts += 1;
+        slot
+    }
+
+    /// Recycle the least recently used node. It is a leaf because of the touch order.
+    fn evict_lru_leaf(&mut self) {
+        let Some(v) = self.recency.least_recent() else { return };
+        let node = self.nodes[v as usize];
+        debug_assert_eq!(node.first_child, NONE, "the LRU tail must be a leaf");
+        self.recency.remove(v);
+        self.children.remove(&child_key(node.parent, node.token));
+        if node.prev_sibling != NONE {
+            self.nodes[node.prev_sibling as usize].next_sibling = node.next_sibling;
+        } else {
+            self.nodes[node.parent as usize].first_child = node.next_sibling;
+        }
+        if node.next_sibling != NONE {
+            self.nodes[node.next_sibling as usize].prev_sibling = node.prev_sibling;
+        }
+        // A string ending in `token` vanished: failure links that pointed at it are stale.
+        self.epochs[epoch_slot(node.token)] += 1;
+        let slot = &mut self.nodes[v as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.parent = NONE;
+        slot.fail = NONE;
+        slot.fail_stamp = NO_STAMP;
+        self.free.push(v);
+        self.len -= 1;
+        self.stats.evictions += 1;
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Lazy failure links.
+    // -----------------------------------------------------------------------------------
+
+    /// The failure link of `s` (not the root): its longest proper suffix that is a trie path.
+    ///
+    /// Computed by the Aho-Corasick recurrence (walk the parent's failure chain for a child
+    /// with `s`'s token) and cached. The value depends only on which strings ending in
+    /// `s`'s last token are present, so the cache carries the epoch of that token, bumped
+    /// whenever a node ending in it (or in a token with the same `% EPOCH_SLOTS`) is created
+    /// or evicted. Equal to an eager AC build over the current trie at all times.
+    pub fn fail(&mut self, s: StateID) -> StateID {
+        debug_assert!(s != ROOT);
+        let node = self.nodes[s as usize];
+        let epoch = self.epochs[epoch_slot(node.token)];
+        if node.fail_stamp == epoch {
+            self.stats.fail_hits += 1;
+            return node.fail;
+        }
+        self.stats.fail_misses += 1;
+        let f = if node.depth == 1 {
+            ROOT
+        } else {
+            // depth >= 2, so the parent is not the root. Recursion depth <= ngram.
+            let mut t = self.fail(node.parent);
+            loop {
+                if let Some(c) = self.child(t, node.token) {
+                    break c;
+                }
+                if t == ROOT {
+                    break ROOT;
+                }
+                t = self.fail(t);
+            }
+        };
+        let n = &mut self.nodes[s as usize];
+        n.fail = f;
+        n.fail_stamp = epoch;
+        f
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Step 2: the retrieval tree.
+    // -----------------------------------------------------------------------------------
+
+    /// The borders for `root`, longest first: for each state on the failure chain of the
+    /// matching state (all suffixes of the committed tokens present in the trie, the root
+    /// included), its child for `root` if that child has depth >= `min_border_depth`.
+    pub fn borders(&mut self, root: u32) -> Vec<StateID> {
+        let mut out = Vec::new();
+        self.collect_borders(root, &mut out);
+        out
+    }
+
+    fn collect_borders(&mut self, root: u32, out: &mut Vec<StateID>) {
+        let mut s = self.matching;
+        loop {
+            if let Some(c) = self.child(s, root) {
+                if self.nodes[c as usize].depth as usize >= self.min_border_depth {
+                    out.push(c);
+                }
+            }
+            if s == ROOT {
+                break;
+            }
+            s = self.fail(s);
+        }
+    }
+
+    /// The retrieval tree for `root` (spec step 2) as root-to-leaf token paths, each starting
+    /// with `root`.
+    ///
+    /// The subtrees below all borders are merged by continuation (a continuation under
+    /// several borders is one node, with the largest of their frequencies) and searched
+    /// best-first; the `capacity - 1` best nodes are kept (frequency, then shallower, then
+    /// earlier parent, then smaller token). Frequencies never grow along a path, so the kept
+    /// set is prefix-closed. `capacity` counts the root: at most `capacity` distinct nodes.
+    /// Paths come in depth-first order, children in selection order (best path first).
+    ///
+    /// Errors: `Error::Value` if `capacity` is not in `[1, 2**31 - 1]`.
+    pub fn retrieve(&mut self, root: u32, capacity: usize) -> Result<Vec<Vec<u32>>> {
+        Self::check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+        self.stats.retrieves += 1;
+        let mut sc = std::mem::take(&mut self.scratch);
+        sc.heap.clear();
+        sc.pool.clear();
+        sc.kept.clear();
+        self.collect_borders(root, &mut sc.pool);
+        sc.kept.push(Kept { token: root, depth: 0, first_child: NONE, last_child: NONE, next_sibling: NONE });
+        if capacity > 1 {
+            let n_borders = sc.pool.len();
+            self.expand(&mut sc, 0, 0, n_borders);
+        }
+        while sc.kept.len() < capacity {
+            let Some(c) = sc.heap.pop() else { break };
+            let rank = sc.kept.len() as u32;
+            sc.kept.push(Kept {
+                token: c.token,
+                depth: c.depth,
+                first_child: NONE,
+                last_child: NONE,
+                next_sibling: NONE,
+            });
+            // Append to the parent's children: siblings end up in selection order.
+            let p = c.parent_rank as usize;
+            if sc.kept[p].last_child == NONE {
+                sc.kept[p].first_child = rank;
+            } else {
+                let last = sc.kept[p].last_child as usize;
+                sc.kept[last].next_sibling = rank;
+            }
+            sc.kept[p].last_child = rank;
+            if sc.kept.len() < capacity {
+                self.expand(&mut sc, rank, c.start as usize, c.len as usize);
+            }
+        }
+        let paths = Self::paths(&sc.kept);
+        self.scratch = sc;
+        Ok(paths)
+    }
+
+    /// Push the children of kept node `rank` (the trie nodes `pool[start..start+len]`,
+    /// merged by token) as candidates.
+    fn expand(&self, sc: &mut Scratch, rank: u32, start: usize, len: usize) {
+        sc.gather.clear();
+        for k in start..start + len {
+            let mut c = self.nodes[sc.pool[k] as usize].first_child;
+            while c != NONE {
+                let n = &self.nodes[c as usize];
+                sc.gather.push((n.token, n.freq, c));
+                c = n.next_sibling;
+            }
+        }
+        sc.gather.sort_unstable();
+        let depth = sc.kept[rank as usize].depth + 1;
+        let mut i = 0;
+        while i < sc.gather.len() {
+            let token = sc.gather[i].0;
+            let begin = sc.pool.len();
+            let mut freq = 0;
+            while i < sc.gather.len() && sc.gather[i].0 == token {
+                freq = freq.max(sc.gather[i].1);
+                sc.pool.push(sc.gather[i].2);
+                i += 1;
+            }
+            sc.heap.push(Candidate {
+                freq,
+                depth,
+                parent_rank: rank,
+                token,
+                start: begin as u32,
+                len: (sc.pool.len() - begin) as u32,
+            });
+        }
+    }
+
+    fn paths(kept: &[Kept]) -> Vec<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut path = Vec::new();
+        // Iterative depth-first walk: (kept index, entering?).
+        let mut stack = vec![(0u32, true)];
+        while let Some((k, entering)) = stack.pop() {
+            let node = kept[k as usize];
+            if !entering {
+                path.pop();
+                continue;
+            }
+            path.push(node.token);
+            stack.push((k, false));
+            if node.first_child == NONE {
+                out.push(path.clone());
+                continue;
+            }
+            // Push children in reverse so the first child is visited first.
+            let at = stack.len();
+            let mut c = node.first_child;
+            while c != NONE {
+                stack.push((c, true));
+                c = kept[c as usize].next_sibling;
+            }
+            stack[at..].reverse();
+        }
+        out
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Canonical dump.
+    // -----------------------------------------------------------------------------------
+
+    /// A canonical text of the whole automaton, independent of slot numbers: parameters,
+    /// the matching state, the open windows, then one line per state in depth-first order
+    /// (children by token id) with its frequency, failure link and LRU rank (0 = most
+    /// recent). Fills the failure-link cache as a side effect (through [`Automaton::fail`]).
+    pub fn dump(&mut self) -> String {
+        let mut order = Vec::with_capacity(self.len + 1);
+        let mut stack = vec![ROOT];
+        let mut kids = Vec::new();
+        while let Some(s) = stack.pop() {
+            order.push(s);
+            kids.clear();
+            let mut c = self.nodes[s as usize].first_child;
+            while c != NONE {
+                kids.push((self.nodes[c as usize].token, c));
+                c = self.nodes[c as usize].next_sibling;
+            }
+            kids.sort_unstable_by(|a, b| b.cmp(a));
+            stack.extend(kids.iter().map(|&(_, c)| c));
+        }
+        let mut rank = vec![u32::MAX; self.nodes.len()];
+        for (r, s) in self.recency.iter().enumerate() {
+            rank[s as usize] = r as u32;
+        }
+        let fmt_path = |p: Vec<u32>| {
+            let v: Vec<String> = p.iter().map(u32::to_string).collect();
+            format!("[{}]", v.join(" "))
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Automaton(max_nodes={}, ngram={}, min_border_depth={})",
+            self.max_nodes, self.ngram, self.min_border_depth
+        );
+        let _ = writeln!(
+            out,
+            "nodes={} committed_tokens={} matching={}",
+            self.len,
+            self.stats.committed_tokens,
+            fmt_path(self.path(self.matching))
+        );
+        let open: Vec<String> = (1..=self.ngram)
+            .filter(|&i| self.is_open(self.windows[i]))
+            .map(|i| i.to_string())
+            .collect();
+        let _ = writeln!(out, "open_windows=[{}]", open.join(" "));
+        for s in order {
+            if s == ROOT {
+                let _ = writeln!(out, "state [] root");
+                continue;
+            }
+            let f = self.fail(s);
+            let node = self.nodes[s as usize];
+            let _ = writeln!(
+                out,
+                "state {} freq={} fail={} lru={}",
+                fmt_path(self.path(s)),
+                node.freq,
+                fmt_path(self.path(f)),
+                rank[s as usize]
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashMap as StdMap, HashSet};
+
+    /// Every trie string (root excluded) with its state.
+    fn strings(a: &Automaton) -> StdMap<Vec<u32>, StateID> {
+        let mut out = StdMap::new();
+        let mut stack = vec![ROOT];
+        while let Some(s) = stack.pop() {
+            if s != ROOT {
+                out.insert(a.path(s), s);
+            }
+            let mut c = a.nodes[s as usize].first_child;
+            while c != NONE {
+                stack.push(c);
+                c = a.nodes[c as usize].next_sibling;
+            }
+        }
+        out
+    }
+
+    /// Check every invariant against brute force; `context` = all committed tokens.
+    fn check(a: &mut Automaton, context: &[u32]) {
+        let present = strings(a);
+        assert_eq!(present.len(), a.len());
+        assert!(a.len() <= a.max_nodes());
+        assert_eq!(a.recency.len(), a.len());
+        // Failure links = longest proper suffix present (what an eager AC build gives).
+        for (p, &s) in &present {
+            let want: Vec<u32> =
+                (1..p.len()).map(|k| p[k..].to_vec()).find(|q| present.contains_key(q)).unwrap_or_default();
+            let got = a.fail(s);
+            assert_eq!(a.path(got), want, "fail of {p:?}");
+        }
+        // LRU: a parent is never less recent than its child.
+        let rank: StdMap<StateID, usize> = a.recency.iter().enumerate().map(|(r, s)| (s, r)).collect();
+        for &s in present.values() {
+            let p = a.nodes[s as usize].parent;
+            if p != ROOT {
+                assert!(rank[&p] < rank[&s], "parent less recent than child");
+            }
+            if p != ROOT {
+                assert!(a.freq(p) >= a.freq(s), "frequency grows along a path");
+            }
+        }
+        // Matching state = longest suffix of the context (<= ngram) present.
+        let want = (1..=a.ngram().min(context.len()))
+            .rev()
+            .map(|k| context[context.len() - k..].to_vec())
+            .find(|q| present.contains_key(q))
+            .unwrap_or_default();
+        assert_eq!(a.path(a.matching_state()), want);
+    }
+
+    /// Deterministic pseudo-random stream (no external crates).
+    fn lcg_stream(seed: u64, len: usize, alphabet: u32) -> Vec<u32> {
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 33) % u64::from(alphabet)) as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert!(matches!(Automaton::new(10, 1, 1), Err(Error::Value { arg: "ngram", .. })));
+        assert!(matches!(Automaton::new(10, 257, 2), Err(Error::Value { arg: "ngram", .. })));
+        assert!(matches!(Automaton::new(9, 10, 2), Err(Error::Value { arg: "max_nodes", .. })));
+        assert!(matches!(Automaton::new(-1, 10, 2), Err(Error::Value { arg: "max_nodes", .. })));
+        assert!(matches!(Automaton::new(100, 10, 0), Err(Error::Value { arg: "min_border_depth", .. })));
+        assert!(matches!(Automaton::new(100, 10, 11), Err(Error::Value { arg: "min_border_depth", .. })));
+        assert!(Automaton::new(10, 10, 10).is_ok());
+        let mut a = Automaton::new(100, 3, 2).unwrap();
+        assert!(matches!(a.retrieve(1, 0), Err(Error::Value { arg: "capacity", .. })));
+        assert_eq!(a.stats().retrieves, 0);
+        assert!(matches!(Automaton::check_token("root", None, -1), Err(Error::Value { arg: "root", .. })));
+        assert!(Automaton::check_token("tokens", Some(2), 1 << 32).unwrap_err().to_string().contains("element 2"));
+        assert_eq!(Automaton::check_token("root", None, (1 << 32) - 1), Ok(u32::MAX));
+    }
+
+    #[test]
+    fn frequencies_count_occurrences() {
+        // "a b a b a" with a=1, b=2, ngram=3: every substring of length <= 3 with its count.
+        let mut a = Automaton::new(100, 3, 2).unwrap();
+        a.extend(&[1, 2, 1, 2, 1]);
+        let s = strings(&a);
+        let f = |p: &[u32]| a.freq(s[p]);
+        assert_eq!(f(&[1]), 3);
+        assert_eq!(f(&[2]), 2);
+        assert_eq!(f(&[1, 2]), 2);
+        assert_eq!(f(&[2, 1]), 2);
+        assert_eq!(f(&[1, 2, 1]), 2);
+        assert_eq!(f(&[2, 1, 2]), 1);
+        assert_eq!(a.len(), 6);
+        assert_eq!(a.path(a.matching_state()), vec![1, 2, 1]);
+        check(&mut a, &[1, 2, 1, 2, 1]);
+    }
+
+    #[test]
+    fn retrieve_merges_borders_and_respects_capacity() {
+        // Context "5 1 2 3 . 9 1 2 4 . 5 1 2 3 . 9 1" (dots = 7), ngram 4.
+        let ctx = [5, 1, 2, 3, 7, 9, 1, 2, 4, 7, 5, 1, 2, 3, 7, 9, 1];
+        let mut a = Automaton::new(1000, 4, 2).unwrap();
+        a.extend(&ctx);
+        // Matching state [3 7 9 1] (it occurred before); chain: [3 7 9 1] -> [7 9 1] ->
+        // [9 1] -> [1] -> root. Root token 2 gives the borders [7 9 1 2] (depth 4 = ngram,
+        // no children), [9 1 2] (child 4) and [1 2] (children 3 twice, 4 once); [2] is
+        // too shallow.
+        assert_eq!(a.path(a.matching_state()), vec![3, 7, 9, 1]);
+        let b: Vec<Vec<u32>> = a.borders(2).into_iter().map(|s| a.path(s)).collect();
+        assert_eq!(b, vec![vec![7, 9, 1, 2], vec![9, 1, 2], vec![1, 2]]);
+        // Merged candidates below the root: 3 (freq 2) and 4 (max(1, 1) = 1). After 3 is
+        // kept, its child 7 (freq 2, from [1 2 3 7]) beats 4 (freq 1).
+        assert_eq!(a.retrieve(2, 1).unwrap(), vec![vec![2]]);
+        assert_eq!(a.retrieve(2, 2).unwrap(), vec![vec![2, 3]]);
+        assert_eq!(a.retrieve(2, 3).unwrap(), vec![vec![2, 3, 7]]);
+        assert_eq!(a.retrieve(2, 4).unwrap(), vec![vec![2, 3, 7], vec![2, 4]]);
+        // Everything: 5 nodes; [2 4 7] comes from [1 2 4 7].
+        assert_eq!(a.retrieve(2, 64).unwrap(), vec![vec![2, 3, 7], vec![2, 4, 7]]);
+        // Unknown root: no border.
+        assert_eq!(a.retrieve(42, 64).unwrap(), vec![vec![42]]);
+    }
+
+    #[test]
+    fn eviction_keeps_invariants_on_random_streams() {
+        for (seed, max_nodes, ngram, alphabet) in
+            [(1, 4, 3, 3), (2, 5, 4, 2), (3, 12, 4, 4), (4, 30, 5, 3), (5, 7, 7, 5), (6, 2, 2, 3)]
+        {
+            let mut a = Automaton::new(max_nodes, ngram, 2).unwrap();
+            let stream = lcg_stream(seed, 400, alphabet);
+            for k in 0..stream.len() {
+                a.extend(&stream[k..k + 1]);
+                check(&mut a, &stream[..k + 1]);
+                // Borders: suffixes present + root, depth >= 2 (brute force).
+                let present: HashSet<Vec<u32>> = strings(&a).into_keys().collect();
+                for root in 0..alphabet {
+                    let got: Vec<Vec<u32>> = a.borders(root).into_iter().map(|s| a.path(s)).collect();
+                    let ctx = &stream[..k + 1];
+                    let want: Vec<Vec<u32>> = (0..ngram as usize)
+                        .rev()
+                        .filter_map(|l| {
+                            if l > ctx.len() {
+                                return None;
+                            }
+                            let mut q = ctx[ctx.len() - l..].to_vec();
+                            q.push(root);
+                            (q.len() >= 2 && present.contains(&q)).then_some(q)
+                        })
+                        .collect();
+                    assert_eq!(got, want);
+                    let paths = a.retrieve(root, 5).unwrap();
+                    let mut distinct: HashSet<Vec<u32>> = HashSet::new();
+                    for p in &paths {
+                        assert_eq!(p[0], root);
+                        for d in 1..=p.len() {
+                            distinct.insert(p[..d].to_vec());
+                        }
+                    }
+                    assert!(distinct.len() <= 5);
+                }
+            }
+            assert!(a.stats().evictions > 0, "max_nodes={max_nodes} should evict");
+        }
+    }
+
+    #[test]
+    fn memory_is_bounded_and_reset_clears() {
+        let mut a = Automaton::new(50, 4, 2).unwrap();
+        a.extend(&lcg_stream(9, 5000, 20));
+        assert_eq!(a.len(), 50);
+        assert!(a.nodes.len() <= 51);
+        let st = a.stats();
+        assert_eq!(st.committed_tokens, 5000);
+        assert_eq!(st.inserts - st.evictions, 50);
+        a.reset();
+        assert_eq!(a.len(), 0);
+        assert_eq!(a.stats(), Stats::default());
+        assert_eq!(a.retrieve(3, 8).unwrap(), vec![vec![3]]);
+        assert!(a.dump().ends_with("state [] root\n"));
+    }
+
+    #[test]
+    fn retrieval_is_prefix_closed_and_ranked() {
+        let mut a = Automaton::new(10_000, 6, 2).unwrap();
+        let s = lcg_stream(11, 3000, 6);
+        a.extend(&s);
+        for cap in [1, 2, 3, 8, 64] {
+            let paths = a.retrieve(s[s.len() - 1], cap).unwrap();
+            let mut distinct = HashSet::new();
+            for p in &paths {
+                for d in 1..=p.len() {
+                    distinct.insert(p[..d].to_vec());
+                }
+            }
+            assert!(distinct.len() <= cap);
+            // No path is a prefix of another (root-to-leaf paths).
+            for (i, p) in paths.iter().enumerate() {
+                for (j, q) in paths.iter().enumerate() {
+                    assert!(i == j || !q.starts_with(p));
+                }
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@
 
 pub mod automaton;
 pub mod error;
+pub mod lru;
 
 #[cfg(feature = "python")]
 mod py;

@@ -1,6 +1,226 @@
-//! PyO3 wrapper for `crate::automaton::Automaton` (to be written).
-use pyo3::prelude::*;
+//! PyO3 wrapper for [`crate::automaton::Automaton`]: `racer_ref._core.Automaton`.
+//!
+//! Only argument conversion lives here. Integers are checked the same way as in the Python
+//! twin: `bool` and non-integers are a `TypeError`, out-of-range values a `ValueError`, both
+//! naming the argument, and `extend` checks the whole input before committing any of it.
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+
+use crate::automaton::Automaton;
+
+/// "element 3 " inside messages about sequences, "" for scalars.
+fn element(index: Option<usize>) -> String {
+    index.map_or_else(String::new, |i| format!("element {i} "))
+}
+
+/// A Python integer as `i64`. `bool`, floats and other non-integers raise `TypeError`;
+/// integers beyond 64 bits raise `ValueError` (they are outside every range we accept).
+pub(crate) fn int_value(obj: &Bound<'_, PyAny>, arg: &'static str, index: Option<usize>) -> PyResult<i64> {
+    let type_error = || {
+        let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("{arg}: {}must be an int, got {name}", element(index)))
+    };
+    if obj.is_instance_of::<PyBool>() {
+        return Err(type_error());
+    }
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+            let shown = obj.str().map(|s| s.to_string()).unwrap_or_default();
+            Err(PyValueError::new_err(format!("{arg}: {}is out of range, got {shown}", element(index))))
+        }
+        Err(_) => Err(type_error()),
+    }
+}
+
+/// Read every token of `tokens` into `out`, checking each one; nothing is committed here.
+fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
+    out.clear();
+    if let Ok(arr) = tokens.cast::<PyUntypedArray>() {
+        let kind = arr.dtype().kind();
+        if kind != b'i' && kind != b'u' {
+            let dtype = arr.dtype().str().map(|s| s.to_string()).unwrap_or_default();
+            return Err(PyTypeError::new_err(format!(
+                "tokens: must be an array of ints, got dtype {dtype}"
+            )));
+        }
+        if arr.ndim() != 1 {
+            // Written like Python's tuple repr, as in the twin: (), (2, 3).
+            let dims: Vec<String> = arr.shape().iter().map(|d| d.to_string()).collect();
+            return Err(PyValueError::new_err(format!(
+                "tokens: must be 1-D, got shape ({})",
+                dims.join(", ")
+            )));
+        }
+        // One typed fast path per integer dtype (the array may be non-contiguous).
+        macro_rules! typed {
+            ($($t:ty),*) => {$(
+                if let Ok(a) = tokens.cast::<PyArray1<$t>>() {
+                    let view = a.readonly();
+                    for (i, &v) in view.as_array().iter().enumerate() {
+                        #[allow(irrefutable_let_patterns)]
+                        let Ok(v) = i64::try_from(v) else {
+                            // Only uint64 values above 2**63 - 1 get here.
+                            return Err(PyValueError::new_err(format!(
+                                "tokens: element {i} must be in [0, {}], got {v}",
+                                crate::automaton::MAX_TOKEN
+                            )));
+                        };
+                        out.push(Automaton::check_token("tokens", Some(i), v)?);
+                    }
+                    return Ok(());
+                }
+            )*};
+        }
+        typed!(i64, i32, u32, u64, i16, u16, i8, u8);
+    }
+    let mut push = |i: usize, item: &Bound<'_, PyAny>| -> PyResult<()> {
+        let v = int_value(item, "tokens", Some(i))?;
+        out.push(Automaton::check_token("tokens", Some(i), v)?);
+        Ok(())
+    };
+    if let Ok(list) = tokens.cast::<PyList>() {
+        for (i, item) in list.iter().enumerate() {
+            push(i, &item)?;
+        }
+    } else if let Ok(tuple) = tokens.cast::<PyTuple>() {
+        for (i, item) in tuple.iter().enumerate() {
+            push(i, &item)?;
+        }
+    } else {
+        let iter = tokens.try_iter().map_err(|_| {
+            let name = tokens.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            PyTypeError::new_err(format!("tokens: must be an iterable of ints, got {name}"))
+        })?;
+        for (i, item) in iter.enumerate() {
+            push(i, &item?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The Aho-Corasick n-gram automaton of RACER's retrieval tree (Rust core).
+///
+/// Same API and results as ``racer_ref.reference.Automaton``; see ``racer_ref/_core.pyi``.
+#[pyclass(name = "Automaton", module = "racer_ref._core")]
+pub struct PyAutomaton {
+    inner: Automaton,
+    buf: Vec<u32>,
+}
+
+#[pymethods]
+impl PyAutomaton {
+    /// `None` for an argument means its default, as in the Python twin.
+    #[new]
+    #[pyo3(signature = (max_nodes = None, ngram = None, min_border_depth = None))]
+    #[pyo3(text_signature = "(max_nodes=10000, ngram=10, min_border_depth=2)")]
+    fn new(
+        max_nodes: Option<&Bound<'_, PyAny>>,
+        ngram: Option<&Bound<'_, PyAny>>,
+        min_border_depth: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let get = |v: Option<&Bound<'_, PyAny>>, arg, default| v.map_or(Ok(default), |v| int_value(v, arg, None));
+        let ngram = get(ngram, "ngram", 10)?;
+        let max_nodes = get(max_nodes, "max_nodes", 10_000)?;
+        let min_border_depth = get(min_border_depth, "min_border_depth", 2)?;
+        Ok(PyAutomaton { inner: Automaton::new(max_nodes, ngram, min_border_depth)?, buf: Vec::new() })
+    }
+
+    /// Commit tokens (spec step 9): a list, tuple, 1-D integer numpy array or any iterable
+    /// of ints in [0, 2**32 - 1]. All are checked before any is committed.
+    fn extend(&mut self, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let read = read_tokens(tokens, &mut buf);
+        if read.is_ok() {
+            self.inner.extend(&buf);
+        }
+        self.buf = buf;
+        read
+    }
+
+    /// The retrieval tree's root-to-leaf paths (spec step 2); at most `capacity` distinct
+    /// nodes, root included.
+    fn retrieve(&mut self, root: &Bound<'_, PyAny>, capacity: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u32>>> {
+        let root = Automaton::check_token("root", None, int_value(root, "root", None)?)?;
+        let capacity = Automaton::check_capacity(int_value(capacity, "capacity", None)?)?;
+        Ok(self.inner.retrieve(root, capacity)?)
+    }
+
+    /// The borders for `root`, longest first, each as its token string (a suffix of the
+    /// committed tokens, then `root`).
+    fn borders(&mut self, root: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u32>>> {
+        let root = Automaton::check_token("root", None, int_value(root, "root", None)?)?;
+        let states = self.inner.borders(root);
+        Ok(states.into_iter().map(|s| self.inner.path(s)).collect())
+    }
+
+    /// Forget everything (trie, windows, matching state, counters).
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    /// Trie nodes in use, the root excluded.
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Counters and sizes as a dict of ints.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        d.set_item("nodes", self.inner.len())?;
+        d.set_item("max_nodes", self.inner.max_nodes())?;
+        d.set_item("ngram", self.inner.ngram())?;
+        d.set_item("min_border_depth", self.inner.min_border_depth())?;
+        d.set_item("committed_tokens", s.committed_tokens)?;
+        d.set_item("inserts", s.inserts)?;
+        d.set_item("evictions", s.evictions)?;
+        d.set_item("retrieves", s.retrieves)?;
+        d.set_item("fail_hits", s.fail_hits)?;
+        d.set_item("fail_misses", s.fail_misses)?;
+        d.set_item("matching_depth", self.inner.depth(self.inner.matching_state()))?;
+        Ok(d)
+    }
+
+    /// Canonical text of the whole automaton (identical to the Python twin's).
+    fn dump(&mut self) -> String {
+        self.inner.dump()
+    }
+
+    #[getter]
+    fn max_nodes(&self) -> usize {
+        self.inner.max_nodes()
+    }
+
+    #[getter]
+    fn ngram(&self) -> usize {
+        self.inner.ngram()
+    }
+
+    #[getter]
+    fn min_border_depth(&self) -> usize {
+        self.inner.min_border_depth()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Automaton(max_nodes={}, ngram={}, min_border_depth={}) with {} nodes",
+            self.inner.max_nodes(),
+            self.inner.ngram(),
+            self.inner.min_border_depth(),
+            self.inner.len()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAutomaton>()?;
     Ok(())
 }
