@@ -51,3 +51,97 @@ class Automaton:
         retrieves, fail_hits, fail_misses, matching_depth."""
     def dump(self) -> str:
         """Canonical text of the whole automaton (same as the Python twin's)."""
+
+# ---------------------------------------------------------------------------------------
+# Drafting side: copy-logit table, draft tree, drafters (rust/src/py/drafter.rs).
+# Twins: racer_ref.reference.CopyLogitTable, .build_draft_tree, .Drafter.
+# Integer arguments accept numpy arrays of any integer dtype and layout, lists, tuples
+# and anything numpy.asarray understands; float or bool dtypes raise TypeError.
+# ---------------------------------------------------------------------------------------
+
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+
+#: Largest accepted draft-tree capacity.
+MAX_CAPACITY: int
+
+#: tokens (n,) int64, parents (n,) int64, depths (n,) int64, attention_mask (n, n) bool,
+#: retrieve_indices (num_leaves, max_depth + 1) int64, sources (n,) uint8.
+DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+class CopyLogitTable:
+    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (racer-spec.md
+    step 8). Twin: ``racer_ref.reference.CopyLogitTable``.
+
+    Raises:
+        ValueError: ``vocab_size < 1``, ``k`` outside ``[1, vocab_size]`` or
+            ``vocab_size * k > 2**28``.
+    """
+
+    def __init__(self, vocab_size: int, k: int) -> None: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def num_seen(self) -> int: ...
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        """Row ``token_ids[i]`` := ``topk_ids[i, :k]``; shapes ``(n,)`` and ``(n, k' >= k)``.
+        Validated first (ValueError / TypeError); the last occurrence of a token wins."""
+    def row(self, token: int) -> List[int]:
+        """The ``k`` ids of row ``token``, best first; ``[]`` if never seen."""
+    def is_seen(self, token: int) -> bool: ...
+    def reset(self) -> None:
+        """Empty every row."""
+
+def build_draft_tree(
+    root: int,
+    capacity: int,
+    retrieval_paths: Optional[Iterable[Sequence[int]]] = None,
+    table: Optional[CopyLogitTable] = None,
+    root_topk: Optional[Any] = None,
+) -> DraftTreeArrays:
+    """Retrieval paths first, then the logits tree from ``table`` fills the capacity;
+    flattened breadth-first (racer-spec.md steps 2-4). Twin:
+    ``racer_ref.reference.build_draft_tree`` (which returns a ``DraftTree``)."""
+
+class Drafter:
+    """One drafter per method: ``racer``, ``retrieval``, ``logits``, ``logits-last``,
+    ``pld``, ``ar``. Use ``racer_ref.Drafter`` (documented there), which wraps this class
+    and returns ``DraftTree`` objects."""
+
+    def __init__(
+        self,
+        method: str = "racer",
+        vocab_size: Optional[int] = None,
+        capacity: int = 64,
+        breadth: int = 8,
+        ngram: int = 10,
+        max_nodes: int = 10_000,
+        min_border_depth: int = 2,
+    ) -> None: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def breadth(self) -> int: ...
+    @property
+    def ngram(self) -> int: ...
+    @property
+    def max_nodes(self) -> int: ...
+    @property
+    def num_committed(self) -> int: ...
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        """Copy-logit update: ``(n,)`` ids and ``(n, k' >= breadth)`` top-k ids."""
+    def commit(self, token_ids: Any) -> None:
+        """Committed output tokens ``(n,)``: automaton and PLD history."""
+    def draft(self, root: int, last_topk: Optional[Any] = None) -> DraftTreeArrays:
+        """The six ``DraftTree`` arrays for this step."""
+    def table_row(self, token: int) -> List[int]:
+        """Copy-logit row of ``token`` (``[]`` if unseen or the method has no table)."""
+    def reset(self) -> None:
+        """Forget the automaton, the copy-logit table and the history."""

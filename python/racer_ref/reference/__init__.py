@@ -6,6 +6,8 @@ never imports the Rust extension.
 """
 
 from racer_ref.reference.automaton import Automaton
-from racer_ref.reference.draft_tree import DraftTree
+from racer_ref.reference.copy_logit import CopyLogitTable
+from racer_ref.reference.draft_tree import DraftTree, build_draft_tree
+from racer_ref.reference.drafter import Drafter
 
-__all__ = ["Automaton", "DraftTree"]
+__all__ = ["Automaton", "CopyLogitTable", "DraftTree", "Drafter", "build_draft_tree"]

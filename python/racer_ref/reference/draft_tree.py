@@ -1,23 +1,65 @@
-"""The draft tree as the verification loop sees it: a handful of flat numpy arrays.
+"""The draft tree, written to be read (twin of ``rust/src/draft_tree.rs``).
 
-This dataclass is the only thing the verification loop knows about drafters
-(racer-spec.md, step 4, "Flatten"). Every drafter, Rust or Python, returns one.
+Where it comes from: racer-spec.md steps 2-4.
+
+The draft tree is a token trie rooted at the **root** (the token the target just
+predicted). Every node is one token fed to the target in the next verify pass, so the
+number of nodes is bounded by the **capacity** ``C`` (root included).
+
+We build it in three moves::
+
+    1. retrieval paths       root-a-b-c, root-a-d, root-e      (from the automaton, in order)
+    2. logits tree           breadth-first from the root       (from the copy-logit table)
+    3. flatten               breadth-first, root first         (numpy arrays for the target)
+
+    after 1 (retrieval)    after 2 (C = 7, root's row = [a, x])     3: flattened (BFS)
+    root                   root                                     0 root
+    |-- a                  |-- a   (both: proposed twice, kept once)  1 a  2 e  3 x
+    |   |-- b              |   |-- b                                  4 b  5 d
+    |   |   `-- c          |   |   `-- c                              6 c
+    |   `-- d              |   `-- d
+    `-- e                  |-- e
+                           `-- x   (logits: the 7th and last node)
+
+Merging (**ours**, spec step 3): when the logits tree proposes a child that already exists
+(same parent, same token) it costs nothing and is not duplicated; the node's source just
+gains the "logits" bit, so a retrieval node becomes "both". That is why the tree always
+ends with exactly ``min(C, reachable unique nodes)`` nodes.
+
+Node order. Each node keeps its children in insertion order (retrieval paths in the order
+the automaton returned them, then logits children in rank order). Flattening is a plain
+breadth-first walk that visits each node's children in that order. The Rust core does the
+same, so both give identical arrays.
+
+The result is a ``DraftTree``: the only thing the verification loop knows about drafters.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
 #: ``sources`` values. The root is neither drafted by retrieval nor by logits.
 SOURCE_ROOT = 0
-#: The node came from the retrieval tree (Aho-Corasick automaton).
+#: The node came from the retrieval tree (Aho-Corasick automaton, or the PLD chain).
 SOURCE_RETRIEVAL = 1
 #: The node came from the logits tree (copy-logit table).
 SOURCE_LOGITS = 2
 #: Both trees proposed this node (``SOURCE_RETRIEVAL | SOURCE_LOGITS``).
 SOURCE_BOTH = 3
+
+#: Largest accepted capacity (tokens per verify pass; the paper uses 64). The attention
+#: mask has ``capacity ** 2`` entries, so this also bounds memory. Same limit in Rust.
+MAX_CAPACITY = 4096
+
+#: Token ids are 32-bit in the Rust core; without a vocabulary we only check this range.
+MAX_TOKEN_ID = 2**32 - 1
+
+_SOURCE_NAMES = {SOURCE_ROOT: "root", SOURCE_RETRIEVAL: "retrieval",
+                 SOURCE_LOGITS: "logits", SOURCE_BOTH: "both"}
 
 
 @dataclass(frozen=True)
@@ -48,3 +90,307 @@ class DraftTree:
     def __len__(self) -> int:
         """Number of nodes ``n`` (root included)."""
         return int(self.tokens.shape[0])
+
+    def validate(self, vocab_size: Optional[int] = None) -> None:
+        """Check every structural invariant; raise ``ValueError`` naming the first broken one.
+
+        Checked: dtypes and shapes; root first with parent -1; ``parents[i] < i``;
+        depths consistent with parents and non-decreasing (breadth-first); no two
+        children of one node share a token (a trie); the attention mask row i is
+        exactly i and its ancestors; one ``retrieve_indices`` row per leaf, leaves in
+        node order, each a root-to-leaf path padded with -1; sources in range; and,
+        when ``vocab_size`` is given, every token in ``[0, vocab_size)``.
+        Not called on construction (the drafting hot path); tests and users call it.
+        """
+        def fail(msg: str) -> None:
+            raise ValueError(f"invalid DraftTree: {msg}")
+
+        n = len(self)
+        # dtypes and shapes first: the rest indexes with these arrays.
+        for name, want in (("tokens", np.int64), ("parents", np.int64),
+                           ("depths", np.int64), ("retrieve_indices", np.int64),
+                           ("attention_mask", np.bool_), ("sources", np.uint8)):
+            if getattr(self, name).dtype != want:
+                fail(f"{name} has dtype {getattr(self, name).dtype}, expected {np.dtype(want)}")
+        if n < 1:
+            fail("no root")
+        for name in ("tokens", "parents", "depths", "sources"):
+            if getattr(self, name).shape != (n,):
+                fail(f"{name} has shape {getattr(self, name).shape}, expected ({n},)")
+        if self.attention_mask.shape != (n, n):
+            fail(f"attention_mask has shape {self.attention_mask.shape}, expected ({n}, {n})")
+        parents, depths = self.parents, self.depths
+        # The root: parent -1, depth 0, source root.
+        if parents[0] != -1 or depths[0] != 0 or self.sources[0] != SOURCE_ROOT:
+            fail("node 0 must be the root (parent -1, depth 0, source root)")
+        idx = np.arange(n)
+        # Every other node's parent precedes it.
+        if ((parents[1:] < 0) | (parents[1:] >= idx[1:])).any():
+            fail("a parent does not precede its child")
+        # Depth = parent's depth + 1, and breadth-first order never goes back up.
+        if (depths[1:] != depths[parents[1:]] + 1).any():
+            fail("depths are not consistent with parents")
+        if (np.diff(depths) < 0).any():
+            fail("nodes are not in breadth-first order")
+        if ((self.sources[1:] < SOURCE_RETRIEVAL) | (self.sources[1:] > SOURCE_BOTH)).any():
+            fail("a non-root node has source outside {1, 2, 3}")
+        # A trie: (parent, token) pairs are unique.
+        pairs = set(zip(parents.tolist(), self.tokens.tolist()))
+        if len(pairs) != n:
+            fail("two children of one node carry the same token")
+        if vocab_size is not None and ((self.tokens < 0) | (self.tokens >= vocab_size)).any():
+            fail(f"a token is outside [0, {vocab_size})")
+        # Attention mask: row i = row parent(i) plus i itself.
+        expected = np.eye(n, dtype=bool)
+        for i in range(1, n):
+            expected[i] |= expected[parents[i]]
+        if not np.array_equal(self.attention_mask, expected):
+            fail("attention_mask row i is not exactly i and its ancestors")
+        # retrieve_indices: one row per leaf (in node order), root to leaf, -1 padded.
+        is_leaf = np.ones(n, dtype=bool)
+        is_leaf[parents[1:]] = False
+        leaves = np.flatnonzero(is_leaf)
+        width = int(depths.max()) + 1
+        if self.retrieve_indices.shape != (len(leaves), width):
+            fail(f"retrieve_indices has shape {self.retrieve_indices.shape}, "
+                 f"expected ({len(leaves)}, {width})")
+        for row, leaf in zip(self.retrieve_indices, leaves):
+            d = int(depths[leaf])
+            path = [int(leaf)]
+            while path[-1] != 0:
+                path.append(int(parents[path[-1]]))
+            if row[: d + 1].tolist() != path[::-1] or (row[d + 1:] != -1).any():
+                fail(f"retrieve_indices row for leaf {leaf} is not its root-to-leaf path")
+
+    def pretty(self) -> str:
+        """The tree as indented text, one node per line: ``index token [source]``."""
+        children: dict[int, list[int]] = {i: [] for i in range(len(self))}
+        for i in range(1, len(self)):
+            children[int(self.parents[i])].append(i)
+        lines: list[str] = []
+
+        def walk(i: int, prefix: str, tail: str) -> None:
+            source = _SOURCE_NAMES.get(int(self.sources[i]), "?")
+            lines.append(f"{tail}{i}: {int(self.tokens[i])} [{source}]")
+            kids = children[i]
+            for c, kid in enumerate(kids):
+                last = c == len(kids) - 1
+                walk(kid, prefix + ("    " if last else "|   "), prefix + ("`-- " if last else "|-- "))
+
+        walk(0, "", "")
+        return "\n".join(lines)
+
+
+def check_capacity(capacity: Any) -> int:
+    """Validate a capacity (``1 <= capacity <= MAX_CAPACITY``) and return it as ``int``.
+
+    Raises:
+        TypeError: not an integer.
+        ValueError: out of range.
+    """
+    value = operator.index(capacity)
+    if not 1 <= value <= MAX_CAPACITY:
+        raise ValueError(f"capacity: must be in [1, {MAX_CAPACITY}], got {value}")
+    return value
+
+
+class TreeBuilder:
+    """A token trie with at most ``capacity`` nodes, grown from the root.
+
+    Nodes are numbered in creation order (0 is the root) and stored column-wise in
+    plain lists. Each node's children live in a dict ``token -> node``: a dict finds a
+    child in one step *and* remembers insertion order, which is the order the flattened
+    tree will list them in.
+
+    Args:
+        root: the root token.
+        capacity: maximum number of nodes, root included, in ``[1, MAX_CAPACITY]``.
+    """
+
+    def __init__(self, root: int, capacity: int) -> None:
+        self.capacity = check_capacity(capacity)
+        # One entry per node, node 0 being the root.
+        self.tokens: list[int] = [int(root)]
+        self.parents: list[int] = [-1]
+        self.depths: list[int] = [0]
+        self.sources: list[int] = [SOURCE_ROOT]
+        self.children: list[dict[int, int]] = [{}]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def is_full(self) -> bool:
+        """True when no new node fits."""
+        return len(self.tokens) >= self.capacity
+
+    def insert_child(self, parent: int, token: int, source: int) -> tuple[Optional[int], Optional[int]]:
+        """Find or create the child (``parent``, ``token``); add ``source`` to its bits.
+
+        Returns ``(node, had)``:
+
+        * ``(new node, None)``: created; it cost one unit of budget;
+        * ``(node, old source)``: it already existed; it cost nothing;
+        * ``(None, None)``: it does not exist and the tree is full.
+        """
+        existing = self.children[parent].get(token)
+        if existing is not None:
+            # Merging: no new node, just one more source bit (retrieval | logits = both).
+            had = self.sources[existing]
+            self.sources[existing] = had | source
+            return existing, had
+        if self.is_full():
+            return None, None
+        # A new node at the end of the arena, appended to its parent's children.
+        node = len(self.tokens)
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.sources.append(source)
+        self.children.append({})
+        self.children[parent][token] = node
+        return node, None
+
+    def add_retrieval_path(self, path: Sequence[int]) -> None:
+        """Insert one root-to-leaf retrieval path (``path[0]`` is the root).
+
+        Shared prefixes are walked, not duplicated. If the tree fills up we stop this
+        path at the first new node that does not fit (the automaton never returns more
+        than ``capacity`` nodes, so this is only a safety net).
+        """
+        node = 0
+        for token in list(path)[1:]:
+            child, _ = self.insert_child(node, int(token), SOURCE_RETRIEVAL)
+            if child is None:
+                return
+            node = child
+
+    def flatten(self) -> DraftTree:
+        """Flatten breadth-first, root first, children in insertion order (step 4)."""
+        # Breadth-first order of the creation-order node numbers.
+        order = [0]
+        for node in order:  # the list grows while we walk it: a queue without popping
+            order.extend(self.children[node].values())
+        n = len(order)
+        # new_index[old] = position of node `old` in the flattened tree.
+        new_index = [0] * n
+        for i, old in enumerate(order):
+            new_index[old] = i
+        tokens = np.array([self.tokens[old] for old in order], dtype=np.int64)
+        parents = np.array(
+            [-1] + [new_index[self.parents[old]] for old in order[1:]], dtype=np.int64
+        )
+        depths = np.array([self.depths[old] for old in order], dtype=np.int64)
+        sources = np.array([self.sources[old] for old in order], dtype=np.uint8)
+        # Tree attention mask: node i sees itself and its ancestors. Parents come before
+        # children, so row i = row parent(i) plus the diagonal.
+        #
+        #        0 1 2 3          0 = root, 1 and 2 its children, 3 a child of 1
+        #     0  x . . .
+        #     1  x x . .
+        #     2  x . x .
+        #     3  x x . x
+        attention_mask = np.eye(n, dtype=bool)
+        for i in range(1, n):
+            attention_mask[i] |= attention_mask[parents[i]]
+        # retrieve_indices: one row per leaf (a node without children), in node order,
+        # listing node indices from the root down to the leaf, padded with -1.
+        leaves = [i for i, old in enumerate(order) if not self.children[old]]
+        width = int(depths.max()) + 1
+        retrieve_indices = np.full((len(leaves), width), -1, dtype=np.int64)
+        for row, leaf in enumerate(leaves):
+            node = leaf
+            # Walk up from the leaf, filling the row from its depth back to column 0.
+            for d in range(int(depths[leaf]), -1, -1):
+                retrieve_indices[row, d] = node
+                node = int(parents[node])
+        return DraftTree(tokens, parents, depths, attention_mask, retrieve_indices, sources)
+
+
+def _check_token(arg: str, token: Any, vocab_size: Optional[int]) -> int:
+    """One token id: an integer in ``[0, vocab_size)`` (or ``[0, 2**32)`` without a vocabulary)."""
+    value = operator.index(token)
+    high = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
+    if not 0 <= value < high:
+        raise ValueError(f"{arg}: token id {value} is outside [0, {high})")
+    return value
+
+
+def build_draft_tree(
+    root: int,
+    capacity: int,
+    retrieval_paths: Iterable[Sequence[int]] = (),
+    table: Any = None,
+    root_topk: Optional[Any] = None,
+) -> DraftTree:
+    """Build one draft tree (racer-spec.md steps 2-4).
+
+    Args:
+        root: the root token (node 0).
+        capacity: maximum number of nodes, root included, in ``[1, MAX_CAPACITY]``.
+        retrieval_paths: root-to-leaf token paths, each starting with ``root``, inserted
+            first and in order (source retrieval).
+        table: a ``CopyLogitTable``; when given, the logits tree fills the remaining
+            capacity (source logits, or both where it meets a retrieval node).
+        root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
+
+    Returns:
+        The flattened ``DraftTree`` with ``min(capacity, reachable unique nodes)`` nodes.
+
+    Raises:
+        TypeError: a non-integer root, capacity or token.
+        ValueError: capacity out of range; a token outside ``[0, table.vocab_size)``
+            (``[0, 2**32)`` without a table); a path that is empty or does not start with
+            the root; ``root_topk`` shorter than ``table.k`` or with ids out of range.
+    """
+    # Everything is validated before we build anything (same order as the Rust core).
+    vocab_size = None if table is None else table.vocab_size
+    root = _check_token("root", root, vocab_size)
+    capacity = check_capacity(capacity)
+    paths = [[_check_token("retrieval_paths", t, vocab_size) for t in p] for p in retrieval_paths]
+    topk: Optional[list[int]] = None
+    if root_topk is not None and table is not None:
+        topk = [_check_token("last_topk", t, vocab_size) for t in np.asarray(root_topk).ravel().tolist()]
+        if len(topk) < table.k:
+            raise ValueError(f"last_topk: expected at least breadth = {table.k} ids, got {len(topk)}")
+    for p in paths:
+        if not p:
+            raise ValueError("retrieval_paths: empty path")
+        if p[0] != root:
+            raise ValueError(f"retrieval_paths: every path must start with the root {root}, got {p[0]}")
+
+    # Step 2: the retrieval tree first, path by path.
+    tree = TreeBuilder(root, capacity)
+    for p in paths:
+        tree.add_retrieval_path(p)
+    # Step 3: the logits tree fills the rest (we import here: logits_tree imports us).
+    if table is not None:
+        from racer_ref.reference.logits_tree import grow_logits_tree
+
+        grow_logits_tree(tree, table, topk)
+    # Step 4: flatten breadth-first.
+    return tree.flatten()
+
+
+if __name__ == "__main__":
+    # A walkthrough: retrieval paths, a copy-logit table, the merged tree, its arrays.
+    from racer_ref.reference.copy_logit import CopyLogitTable
+
+    root = 0
+    paths = [[0, 1, 2, 3], [0, 1, 4], [0, 5]]
+    print("retrieval paths:", paths)
+    tree = build_draft_tree(root, capacity=8, retrieval_paths=paths)
+    print("retrieval tree alone:\n" + tree.pretty())
+
+    table = CopyLogitTable(vocab_size=10, k=2)
+    table.observe([0, 1, 6], [[1, 6], [2, 7], [8, 9]])
+    print("\ncopy-logit rows: 0 ->", table.row(0), " 1 ->", table.row(1), " 6 ->", table.row(6))
+    tree = build_draft_tree(root, capacity=8, retrieval_paths=paths, table=table)
+    print("merged tree, capacity 8 (1 and 1-2 are 'both': proposed twice, stored once):")
+    print(tree.pretty())
+    tree.validate(vocab_size=10)
+    print("\nflattened arrays:")
+    for name in ("tokens", "parents", "depths", "sources"):
+        print(f"  {name:8s} {getattr(tree, name).tolist()}")
+    print("  attention_mask\n" + "\n".join("    " + "".join("x" if v else "." for v in r)
+                                          for r in tree.attention_mask))
+    print("  retrieve_indices\n" + "\n".join(f"    {r.tolist()}" for r in tree.retrieve_indices))

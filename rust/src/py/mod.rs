@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use crate::error::Error;
 
 mod automaton;
+mod drafter;
 
 /// The one bridge from the core's errors to Python exceptions.
 impl From<Error> for PyErr {
@@ -23,5 +24,6 @@ impl From<Error> for PyErr {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     automaton::register(m)?;
+    drafter::register(m)?;
     Ok(())
 }

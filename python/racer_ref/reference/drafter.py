@@ -1,0 +1,261 @@
+"""Drafters, written to be read (twin of ``rust/src/drafter.rs``).
+
+Where it comes from: racer-spec.md steps 2-4 (drafting), 8 (copy-logit update) and 9
+(automaton update), plus the peers in "Peers to measure against".
+
+A drafter turns "committed tokens + root" into a draft tree. Every method here returns the
+same ``DraftTree``, so the verification loop and the benchmarks can swap them freely:
+
+    method        retrieval part                    logits part
+    -----------   -------------------------------   ------------------------------------
+    racer         Aho-Corasick automaton            copy-logit table fills the rest
+    retrieval     Aho-Corasick automaton            -
+    logits        -                                 copy-logit table (Token Recycling style)
+    logits-last   -                                 root from last_topk, then the table
+    pld           prompt lookup: a single chain     -
+    ar            -  (root only: plain decoding)    -
+
+One decoding step, seen from the drafter::
+
+         verification loop                              drafter
+    ---------------------------------------      -------------------------------------
+    tree = drafter.draft(root, last_topk)   -->  build the draft tree for `root`
+    (target verifies the tree in one pass)
+    drafter.observe(fed tokens, their top-k) -->  copy-logit rows   (step 8)
+    drafter.commit(root + accepted drafts)   -->  automaton, history (step 9)
+
+Which tokens go to ``observe`` is the loop's choice: every prompt position after prefill,
+and after a verify pass every tree node (rejected ones included, as in the paper) or only
+the accepted ones.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional, Sequence
+
+from racer_ref.reference.automaton import Automaton
+from racer_ref.reference.copy_logit import (
+    CopyLogitTable,
+    as_int_array,
+    check_observe,
+    check_token_id,
+    check_token_ids,
+)
+from racer_ref.reference.draft_tree import DraftTree, build_draft_tree, check_capacity
+
+#: Every method name, in documentation order.
+METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
+#: Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
+PLD_MAX_NGRAM = 3
+#: Prompt lookup: at most this many tokens are copied after the match.
+PLD_NUM_TOKENS = 10
+
+
+def prompt_lookup(
+    context: Sequence[int], max_ngram: int = PLD_MAX_NGRAM, num_tokens: int = PLD_NUM_TOKENS
+) -> list[int]:
+    """The prompt-lookup (PLD) chain for ``context`` = committed tokens + root.
+
+    For n = ``max_ngram`` down to 1 we take the last n tokens of the context, look for
+    their most recent *earlier* occurrence, and copy up to ``num_tokens`` tokens that
+    follow it. Example with n = 2::
+
+        context:  a b c d e f a b          last 2-gram: "a b"
+                  ^^^                      most recent earlier "a b": position 0
+                      c d e f a b          copied (up to 10 tokens; here 6)
+
+    Returns the copied tokens (never empty when a match exists: an earlier occurrence
+    ends before the last token), or ``[]`` when no n-gram matches.
+    """
+    context = list(context)
+    length = len(context)
+    for n in range(max_ngram, 0, -1):
+        # The context must be longer than the n-gram, or there is no "earlier".
+        if length <= n:
+            continue
+        suffix = context[length - n:]
+        # Most recent first: start at the latest possible earlier position.
+        for start in range(length - n - 1, -1, -1):
+            if context[start:start + n] == suffix:
+                return context[start + n:min(start + n + num_tokens, length)]
+    return []
+
+
+class Drafter:
+    """One drafter per method, all returning a ``DraftTree`` (pure-Python twin).
+
+    Args:
+        method: one of ``METHODS``.
+        vocab_size: the target model's vocabulary size; token ids are in
+            ``[0, vocab_size)``. Required.
+        capacity: maximum draft-tree nodes, root included (paper 64), in ``[1, 4096]``.
+        breadth: ``k``, copy-logit ids per row and the root's breadth (paper 8), in
+            ``[1, vocab_size]``.
+        ngram, max_nodes, min_border_depth: the automaton's parameters (paper 10, 10,000,
+            2); validated for every method, used by ``racer`` and ``retrieval``.
+
+    Raises:
+        ValueError: an unknown method or a parameter out of range.
+        TypeError: ``vocab_size`` missing, or a non-integer parameter.
+    """
+
+    def __init__(
+        self,
+        method: str = "racer",
+        vocab_size: Optional[int] = None,
+        capacity: int = 64,
+        breadth: int = 8,
+        ngram: int = 10,
+        max_nodes: int = 10_000,
+        min_border_depth: int = 2,
+    ) -> None:
+        # Validate in the same order as the Rust core: method, table, capacity, automaton.
+        if method not in METHODS:
+            raise ValueError(
+                f"method: unknown method {method!r}; expected one of "
+                + ", ".join(f'"{m}"' for m in METHODS)
+            )
+        if vocab_size is None:
+            raise TypeError("vocab_size: required (the target model's vocabulary size)")
+        self.method = method
+        # The table checks vocab_size and breadth. Its numpy array is allocated lazily,
+        # so building it just to validate costs nothing for methods that do not use it.
+        table = CopyLogitTable(vocab_size, breadth)
+        self.capacity = check_capacity(capacity)
+        automaton = Automaton(max_nodes=max_nodes, ngram=ngram, min_border_depth=min_border_depth)
+        self.vocab_size = table.vocab_size
+        self.breadth = table.k
+        self.ngram = operator.index(ngram)
+        self.max_nodes = operator.index(max_nodes)
+        # Keep only what the method drafts from.
+        self.table = table if method in ("racer", "logits", "logits-last") else None
+        self.automaton = automaton if method in ("racer", "retrieval") else None
+        # PLD searches the committed tokens; the other methods only count them.
+        self.history: list[int] = []
+        self.num_committed = 0
+
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        """Copy-logit update (spec step 8): ``table[token_ids[i]] = topk_ids[i, :k]``.
+
+        Args:
+            token_ids: ``(n,)`` integer ids the target model was fed.
+            topk_ids: ``(n, k')`` integer top-k' ids (``k' >= breadth``) of the target's
+                logits at each of those positions, best first.
+
+        Validated for every method; stored by the methods with a table.
+
+        Raises:
+            ValueError: bad shapes or an id outside ``[0, vocab_size)``.
+            TypeError: a non-integer dtype. Nothing changes on error.
+        """
+        if self.table is not None:
+            self.table.observe(token_ids, topk_ids)
+        else:
+            check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
+
+    def commit(self, token_ids: Any) -> None:
+        """Commit tokens that became output (spec step 9): automaton and PLD history.
+
+        Args:
+            token_ids: ``(n,)`` integer ids, in output order.
+
+        Raises:
+            ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
+            TypeError: a non-integer dtype. Nothing changes on error.
+        """
+        tokens = as_int_array(token_ids, "token_ids", 1)
+        check_token_ids("token_ids", tokens, self.vocab_size)
+        tokens = tokens.tolist()
+        if self.automaton is not None:
+            self.automaton.extend(tokens)
+        if self.method == "pld":
+            self.history.extend(tokens)
+        self.num_committed += len(tokens)
+
+    def draft(self, root: int, last_topk: Optional[Any] = None) -> DraftTree:
+        """Build this step's draft tree for ``root`` (spec steps 2-4).
+
+        Args:
+            root: the token the target just predicted (node 0).
+            last_topk: ``(k',)`` integer top-k' ids (``k' >= breadth``) of the logits that
+                produced the root. Required by ``logits-last``; validated but unused by the
+                other methods.
+
+        Raises:
+            ValueError: root or an id outside ``[0, vocab_size)``; ``last_topk`` too short,
+                or missing for ``logits-last``.
+            TypeError: a non-integer root or dtype.
+        """
+        root = check_token_id("root", root, self.vocab_size)
+        topk: Optional[list[int]] = None
+        if last_topk is not None:
+            array = as_int_array(last_topk, "last_topk", 1)
+            if array.shape[0] < self.breadth:
+                raise ValueError(
+                    f"last_topk: expected at least breadth = {self.breadth} ids, got {array.shape[0]}"
+                )
+            check_token_ids("last_topk", array, self.vocab_size)
+            topk = array[: self.breadth].tolist()
+
+        method = self.method
+        if method in ("racer", "retrieval"):
+            # Step 2: the retrieval tree, as root-to-leaf paths; step 3 fills the rest
+            # from the table (racer only: the table is None for "retrieval").
+            paths = self.automaton.retrieve(root, self.capacity)
+            return build_draft_tree(root, self.capacity, paths, self.table)
+        if method == "logits":
+            # Token Recycling style: the logits tree alone.
+            return build_draft_tree(root, self.capacity, (), self.table)
+        if method == "logits-last":
+            if topk is None:
+                raise ValueError('last_topk: required by method "logits-last" (got None)')
+            # Last-logit: the root's children come from the logits that produced it.
+            return build_draft_tree(root, self.capacity, (), self.table, topk)
+        if method == "pld":
+            # The context is the committed tokens followed by the root.
+            chain = prompt_lookup(self.history + [root])
+            return build_draft_tree(root, self.capacity, [[root] + chain])
+        # "ar": the root alone, i.e. plain autoregressive decoding.
+        return build_draft_tree(root, self.capacity)
+
+    def table_row(self, token: int) -> list[int]:
+        """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""
+        return [] if self.table is None else self.table.row(token)
+
+    def reset(self) -> None:
+        """Forget the automaton, the copy-logit table and the history."""
+        if self.automaton is not None:
+            self.automaton.reset()
+        if self.table is not None:
+            self.table.reset()
+        self.history = []
+        self.num_committed = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Drafter(method={self.method!r}, vocab_size={self.vocab_size}, "
+            f"capacity={self.capacity}, breadth={self.breadth}, ngram={self.ngram}, "
+            f"max_nodes={self.max_nodes})"
+        )
+
+
+if __name__ == "__main__":
+    # A walkthrough: the same token stream through every method.
+    import numpy as np
+
+    vocab_size = 20
+    # "the cat sat on the mat . the cat sat on" as ids 1..7
+    committed = [1, 2, 3, 4, 1, 5, 6, 1, 2, 3, 4]
+    root = 1  # the target predicted "the" again
+    print("committed tokens:", committed, " root:", root)
+    # Pretend the target's top-2 after each committed token was (next token, 9).
+    nxt = committed[1:] + [root]
+    topk = np.array([[t, 9] for t in nxt])
+    for method in METHODS:
+        drafter = Drafter(method, vocab_size=vocab_size, capacity=8, breadth=2, ngram=4)
+        drafter.observe(committed, topk)
+        drafter.commit(committed)
+        tree = drafter.draft(root, last_topk=[5, 2])
+        print(f"\n--- {method}: {len(tree)} nodes")
+        print(tree.pretty())

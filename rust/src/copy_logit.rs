@@ -1,0 +1,286 @@
+//! The copy-logit table (racer-spec.md, terms and step 8).
+//!
+//! For every token id `v` the table keeps the top-`k` next-token ids that the target model
+//! predicted right after its most recent verified occurrence of `v`. It is dense:
+//! `[vocab_size, k]` ids in one flat `Vec<u32>`, plus one `seen` flag per row, so a row
+//! that was never written is *empty* (it drafts nothing) rather than "k copies of token 0".
+//!
+//! The table only stores what it is given. Which rows to pass is the verification loop's
+//! choice: after prefill every prompt position, after a verify pass every tree node
+//! (rejected ones included, the paper's default) or only the accepted ones.
+
+use crate::error::{Error, Result};
+
+/// The largest table we agree to allocate: `vocab_size * k` entries (1 GiB of `u32`).
+/// Real vocabularies (<= 262,144) with k <= 1,024 stay well below it.
+pub const MAX_TABLE_ENTRIES: usize = 1 << 28;
+
+/// Check that every id in `ids` lies in `[0, vocab_size)`; the error names `arg`, the
+/// offending value and its flat index.
+pub fn check_token_ids(arg: &'static str, ids: &[i64], vocab_size: usize) -> Result<()> {
+    // One pass, no allocation: `vocab_size` fits i64 because it is at most MAX_TABLE_ENTRIES.
+    let hi = vocab_size as i64;
+    if let Some((i, &v)) = ids.iter().enumerate().find(|(_, &v)| v < 0 || v >= hi) {
+        return Err(Error::value(
+            arg,
+            format!("token id {v} at index {i} is outside [0, vocab_size) = [0, {vocab_size})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check that a single token id lies in `[0, vocab_size)` and return it as `u32`.
+pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<u32> {
+    if id < 0 || id >= vocab_size as i64 {
+        return Err(Error::value(
+            arg,
+            format!("token id {id} is outside [0, vocab_size) = [0, {vocab_size})"),
+        ));
+    }
+    Ok(id as u32)
+}
+
+/// Validate the arguments of [`CopyLogitTable::observe`] for a table of `vocab_size` rows
+/// and `k` columns (also used by drafters without a table, so that every method rejects
+/// the same input).
+pub fn check_observe(
+    token_ids: &[i64],
+    topk_ids: &[i64],
+    topk_shape: [usize; 2],
+    vocab_size: usize,
+    k: usize,
+) -> Result<()> {
+    let n = token_ids.len();
+    let [rows, cols] = topk_shape;
+    if rows != n || cols < k {
+        return Err(Error::value(
+            "topk_ids",
+            format!(
+                "expected shape (n, k') with n = len(token_ids) = {n} and k' >= breadth = {k}, \
+                 got ({rows}, {cols})"
+            ),
+        ));
+    }
+    if topk_ids.len() != rows * cols {
+        return Err(Error::value(
+            "topk_ids",
+            format!(
+                "{} values do not fill shape ({rows}, {cols})",
+                topk_ids.len()
+            ),
+        ));
+    }
+    check_token_ids("token_ids", token_ids, vocab_size)?;
+    // Only the kept columns have to be valid ids; columns past k are ignored.
+    let hi = vocab_size as i64;
+    for i in 0..n {
+        for j in 0..k {
+            let v = topk_ids[i * cols + j];
+            if v < 0 || v >= hi {
+                return Err(Error::value(
+                    "topk_ids",
+                    format!(
+                        "token id {v} at [{i}, {j}] is outside [0, vocab_size) = [0, {vocab_size})"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Dense `[vocab_size, k]` copy-logit table with a per-row `seen` flag.
+#[derive(Debug, Clone)]
+pub struct CopyLogitTable {
+    vocab_size: usize,
+    k: usize,
+    /// Row `v` is `ids[v * k .. (v + 1) * k]`, ranks 0..k (best first). Meaningful only
+    /// when `seen[v]`.
+    ids: Vec<u32>,
+    seen: Vec<bool>,
+    num_seen: usize,
+}
+
+impl CopyLogitTable {
+    /// An empty table for token ids in `[0, vocab_size)` keeping `k` ids per row.
+    ///
+    /// Errors: `vocab_size < 1`, `k` outside `[1, vocab_size]`, or
+    /// `vocab_size * k > MAX_TABLE_ENTRIES`.
+    pub fn new(vocab_size: i64, k: i64) -> Result<Self> {
+        if vocab_size < 1 {
+            return Err(Error::value(
+                "vocab_size",
+                format!("must be >= 1, got {vocab_size}"),
+            ));
+        }
+        if k < 1 || k > vocab_size {
+            return Err(Error::value(
+                "breadth",
+                format!("must be in [1, vocab_size] = [1, {vocab_size}], got {k}"),
+            ));
+        }
+        if vocab_size.saturating_mul(k) > MAX_TABLE_ENTRIES as i64 {
+            return Err(Error::value(
+                "vocab_size",
+                format!(
+                    "vocab_size * breadth = {vocab_size} * {k} exceeds the table limit of \
+                     {MAX_TABLE_ENTRIES} entries"
+                ),
+            ));
+        }
+        // In range: both fit usize and their product is at most MAX_TABLE_ENTRIES.
+        let (vocab_size, k) = (vocab_size as usize, k as usize);
+        Ok(CopyLogitTable {
+            vocab_size,
+            k,
+            ids: vec![0; vocab_size * k],
+            seen: vec![false; vocab_size],
+            num_seen: 0,
+        })
+    }
+
+    /// Number of token ids the table covers.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Ids kept per row (the breadth `k`).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Number of rows written at least once since the last reset.
+    pub fn num_seen(&self) -> usize {
+        self.num_seen
+    }
+
+    /// Whether row `token` has been written (false for ids outside the vocabulary).
+    pub fn is_seen(&self, token: u32) -> bool {
+        self.seen.get(token as usize).copied().unwrap_or(false)
+    }
+
+    /// Row `token`: its `k` next-token ids best first, or an empty slice when the token was
+    /// never observed (or lies outside the vocabulary).
+    #[inline]
+    pub fn row(&self, token: u32) -> &[u32] {
+        let v = token as usize;
+        if self.is_seen(token) {
+            &self.ids[v * self.k..(v + 1) * self.k]
+        } else {
+            &[]
+        }
+    }
+
+    /// Write row `token_ids[i]` := the first `k` columns of row `i` of `topk_ids`
+    /// (racer-spec.md step 8: `table[token(u)] = topk(logits[u], k)`).
+    ///
+    /// * `token_ids`: `(n,)` ids the target model was fed.
+    /// * `topk_ids`: row-major `(n, k')` ids with `k' >= k`: row `i` holds the top-k' ids of
+    ///   the logits at position `i`, best first. Only the first `k` columns are kept, so a
+    ///   caller may pass a wider top-k.
+    ///
+    /// When a token occurs several times in `token_ids` the last occurrence wins (it is the
+    /// most recent one). Everything is validated before the first write: on error the table
+    /// is unchanged.
+    pub fn observe(
+        &mut self,
+        token_ids: &[i64],
+        topk_ids: &[i64],
+        topk_shape: [usize; 2],
+    ) -> Result<()> {
+        check_observe(token_ids, topk_ids, topk_shape, self.vocab_size, self.k)?;
+        let cols = topk_shape[1];
+        // All valid: write. Later rows overwrite earlier ones for a repeated token.
+        for (i, &t) in token_ids.iter().enumerate() {
+            let v = t as usize;
+            let src = &topk_ids[i * cols..i * cols + self.k];
+            let dst = &mut self.ids[v * self.k..(v + 1) * self.k];
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = s as u32;
+            }
+            if !self.seen[v] {
+                self.seen[v] = true;
+                self.num_seen += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget every row (all rows empty again).
+    pub fn reset(&mut self) {
+        self.seen.iter_mut().for_each(|s| *s = false);
+        self.num_seen = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unseen_rows_are_empty_not_zero() {
+        let t = CopyLogitTable::new(10, 3).unwrap();
+        assert!(t.row(0).is_empty());
+        assert!(t.row(9).is_empty());
+        assert!(t.row(10).is_empty());
+        assert_eq!(t.num_seen(), 0);
+    }
+
+    #[test]
+    fn observe_keeps_first_k_columns_and_last_occurrence() {
+        let mut t = CopyLogitTable::new(10, 2).unwrap();
+        // token 4 appears twice: the second row wins.
+        t.observe(&[4, 5, 4], &[1, 2, 3, 6, 7, 8, 9, 0, 1], [3, 3])
+            .unwrap();
+        assert_eq!(t.row(4), &[9, 0]);
+        assert_eq!(t.row(5), &[6, 7]);
+        assert_eq!(t.num_seen(), 2);
+        assert!(t.row(1).is_empty());
+        t.reset();
+        assert!(t.row(4).is_empty());
+        assert_eq!(t.num_seen(), 0);
+    }
+
+    #[test]
+    fn bad_input_leaves_table_unchanged() {
+        let mut t = CopyLogitTable::new(10, 2).unwrap();
+        t.observe(&[1], &[2, 3], [1, 2]).unwrap();
+        // shape: too few columns
+        let e = t.observe(&[1], &[5], [1, 1]).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Value {
+                arg: "topk_ids",
+                ..
+            }
+        ));
+        // rows != n
+        assert!(t.observe(&[1, 2], &[5, 6], [1, 2]).is_err());
+        // id out of range in the last row: nothing written, not even the first row
+        let e = t.observe(&[7, 1], &[5, 6, 5, 10], [2, 2]).unwrap_err();
+        assert!(e.to_string().contains("[1, 1]"), "{e}");
+        assert!(t.observe(&[-1], &[5, 6], [1, 2]).is_err());
+        assert!(t.observe(&[10], &[5, 6], [1, 2]).is_err());
+        assert_eq!(t.row(1), &[2, 3]);
+        assert!(t.row(7).is_empty());
+        // ignored columns past k may hold anything
+        t.observe(&[3], &[4, 5, -99], [1, 3]).unwrap();
+        assert_eq!(t.row(3), &[4, 5]);
+    }
+
+    #[test]
+    fn constructor_validates() {
+        assert!(CopyLogitTable::new(0, 1).is_err());
+        assert!(CopyLogitTable::new(5, 0).is_err());
+        assert!(CopyLogitTable::new(5, 6).is_err());
+        assert!(CopyLogitTable::new(1 << 28, 2).is_err());
+        assert!(CopyLogitTable::new(5, 5).is_ok());
+    }
+
+    #[test]
+    fn empty_observe_is_a_no_op() {
+        let mut t = CopyLogitTable::new(4, 2).unwrap();
+        t.observe(&[], &[], [0, 2]).unwrap();
+        assert_eq!(t.num_seen(), 0);
+    }
+}

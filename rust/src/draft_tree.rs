@@ -1,0 +1,597 @@
+//! The draft tree: merging the retrieval tree and the logits tree, then flattening
+//! (racer-spec.md steps 2-4).
+//!
+//! A [`TreeBuilder`] is a token trie rooted at the root with at most `capacity` nodes.
+//! Nodes live in an arena in creation order; each keeps its children as a linked list in
+//! insertion order, which fixes the breadth-first order of the flattened tree:
+//!
+//! ```text
+//!   retrieval paths, in the order the automaton returns them      ->  children appended
+//!   logits tree, breadth-first, each row in rank order             ->  children appended
+//!   flatten: BFS from the root, each node's children in insertion order
+//! ```
+//!
+//! Merging (**ours**, spec step 3): inserting a (parent, token) pair that already exists
+//! costs no budget and creates nothing; the node's source gains the new bit
+//! (retrieval | logits = both). The tree therefore ends with exactly
+//! `min(capacity, reachable unique nodes)` nodes.
+//!
+//! The Python twin (`racer_ref/reference/draft_tree.py`) follows the same steps and gives
+//! identical arrays, node order included.
+
+use std::collections::VecDeque;
+
+use crate::copy_logit::CopyLogitTable;
+use crate::error::{Error, Result};
+use crate::logits_tree;
+
+/// `sources` value of the root (drafted by neither tree).
+pub const SOURCE_ROOT: u8 = 0;
+/// `sources` bit: the node came from the retrieval tree (or the PLD chain).
+pub const SOURCE_RETRIEVAL: u8 = 1;
+/// `sources` bit: the node came from the logits tree.
+pub const SOURCE_LOGITS: u8 = 2;
+/// `sources` value of a node proposed by both trees.
+pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
+
+/// Largest accepted capacity (tokens per verify pass; the paper uses 64). The tree
+/// attention mask has `capacity^2` entries, so this also bounds memory (16 MiB).
+pub const MAX_CAPACITY: usize = 4096;
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    token: u32,
+    parent: u32,
+    depth: u32,
+    source: u8,
+    first_child: u32,
+    last_child: u32,
+    next_sibling: u32,
+}
+
+/// What [`TreeBuilder::insert_child`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insert {
+    /// A new node was created (it cost one unit of budget).
+    Added(u32),
+    /// The child already existed; `had` is its source before this insertion.
+    Existing { node: u32, had: u8 },
+    /// The child does not exist and the tree is full.
+    Full,
+}
+
+/// A draft tree flattened breadth-first, root first (spec step 4): the arrays of
+/// `racer_ref.DraftTree`, ready to become numpy arrays without conversion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatTree {
+    /// `(n,)` token ids, `tokens[0]` is the root.
+    pub tokens: Vec<i64>,
+    /// `(n,)` parent index, -1 at the root, `parents[i] < i` otherwise.
+    pub parents: Vec<i64>,
+    /// `(n,)` depth below the root.
+    pub depths: Vec<i64>,
+    /// `(n, n)` row-major: `[i, j]` iff j is i or an ancestor of i.
+    pub attention_mask: Vec<bool>,
+    /// `(num_leaves, width)` row-major root-to-leaf node indices, padded with -1.
+    pub retrieve_indices: Vec<i64>,
+    pub num_leaves: usize,
+    /// `max_depth + 1`.
+    pub width: usize,
+    /// `(n,)` SOURCE_* values.
+    pub sources: Vec<u8>,
+}
+
+impl FlatTree {
+    /// Number of nodes `n`, root included.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Always false: a draft tree holds at least its root.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.
+pub fn check_capacity(capacity: i64) -> Result<usize> {
+    if capacity < 1 || capacity > MAX_CAPACITY as i64 {
+        return Err(Error::value(
+            "capacity",
+            format!("must be in [1, {MAX_CAPACITY}], got {capacity}"),
+        ));
+    }
+    Ok(capacity as usize)
+}
+
+/// A token trie with at most `capacity` nodes, plus reusable scratch space so that a
+/// drafter can build one tree per step without allocating anything but the output.
+#[derive(Debug, Clone, Default)]
+pub struct TreeBuilder {
+    nodes: Vec<Node>,
+    capacity: usize,
+    // Scratch for the logits tree and for flattening, kept between steps.
+    pub(crate) queue: VecDeque<(u32, u32)>,
+    order: Vec<u32>,
+    new_index: Vec<u32>,
+}
+
+impl TreeBuilder {
+    /// An empty builder; call [`TreeBuilder::reset`] (or [`TreeBuilder::build`]) first.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start a new tree holding only `root`, with room for `capacity` nodes.
+    pub fn reset(&mut self, root: u32, capacity: usize) -> Result<()> {
+        check_capacity(capacity as i64)?;
+        self.nodes.clear();
+        self.capacity = capacity;
+        self.nodes.push(Node {
+            token: root,
+            parent: NONE,
+            depth: 0,
+            source: SOURCE_ROOT,
+            first_child: NONE,
+            last_child: NONE,
+            next_sibling: NONE,
+        });
+        Ok(())
+    }
+
+    /// Number of nodes so far (root included).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True before the first reset.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// True when no new node fits.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.nodes.len() >= self.capacity
+    }
+
+    /// Token of arena node `u`.
+    #[inline]
+    pub fn token(&self, u: u32) -> u32 {
+        self.nodes[u as usize].token
+    }
+
+    /// The child of `parent` carrying `token`, if any. Linear in the number of children:
+    /// with C = 64 nodes that is cheaper than any hash.
+    #[inline]
+    pub fn child(&self, parent: u32, token: u32) -> Option<u32> {
+        let mut c = self.nodes[parent as usize].first_child;
+        while c != NONE {
+            let node = &self.nodes[c as usize];
+            if node.token == token {
+                return Some(c);
+            }
+            c = node.next_sibling;
+        }
+        None
+    }
+
+    /// Find or create the child (`parent`, `token`) and add `source` to its source bits.
+    /// Only a new node costs budget; see [`Insert`].
+    pub fn insert_child(&mut self, parent: u32, token: u32, source: u8) -> Insert {
+        if let Some(c) = self.child(parent, token) {
+            let node = &mut self.nodes[c as usize];
+            let had = node.source;
+            node.source |= source;
+            return Insert::Existing { node: c, had };
+        }
+        if self.is_full() {
+            return Insert::Full;
+        }
+        let id = self.nodes.len() as u32;
+        let depth = self.nodes[parent as usize].depth + 1;
+        self.nodes.push(Node {
+            token,
+            parent,
+            depth,
+            source,
+            first_child: NONE,
+            last_child: NONE,
+            next_sibling: NONE,
+        });
+        // Append to the parent's child list: insertion order is the BFS order later.
+        let p = &mut self.nodes[parent as usize];
+        let last = p.last_child;
+        p.last_child = id;
+        if last == NONE {
+            p.first_child = id;
+        } else {
+            self.nodes[last as usize].next_sibling = id;
+        }
+        Insert::Added(id)
+    }
+
+    /// Insert one retrieval path (`path[0]` must be the root) with source retrieval.
+    /// Stops at the first new node that does not fit.
+    pub fn add_retrieval_path(&mut self, path: &[u32]) -> Result<()> {
+        let root = self.nodes[0].token;
+        match path.first() {
+            Some(&t) if t == root => {}
+            Some(&t) => {
+                return Err(Error::value(
+                    "retrieval_paths",
+                    format!("every path must start with the root {root}, got {t}"),
+                ))
+            }
+            None => return Err(Error::value("retrieval_paths", "empty path")),
+        }
+        let mut u = 0u32;
+        for &t in &path[1..] {
+            match self.insert_child(u, t, SOURCE_RETRIEVAL) {
+                Insert::Added(c) | Insert::Existing { node: c, .. } => u = c,
+                Insert::Full => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Build one draft tree (spec steps 2-4): the root, then every retrieval path in order,
+    /// then (when `table` is given) the logits tree filling the remaining capacity; then
+    /// flatten. `root_topk` replaces the root's table row (last-logit mode).
+    ///
+    /// Errors: capacity outside `[1, MAX_CAPACITY]`; a path that is empty or does not start
+    /// with the root; a token (root, path or `root_topk`) outside the table's vocabulary;
+    /// `root_topk` shorter than the table's `k`.
+    pub fn build<P: AsRef<[u32]>>(
+        &mut self,
+        root: u32,
+        capacity: usize,
+        retrieval_paths: &[P],
+        table: Option<&CopyLogitTable>,
+        root_topk: Option<&[u32]>,
+    ) -> Result<FlatTree> {
+        // Validate everything first.
+        check_capacity(capacity as i64)?;
+        if let Some(tab) = table {
+            let vocab = tab.vocab_size();
+            let out = |arg: &'static str, v: u32| {
+                Error::value(
+                    arg,
+                    format!("token id {v} is outside [0, vocab_size) = [0, {vocab})"),
+                )
+            };
+            if root as usize >= vocab {
+                return Err(out("root", root));
+            }
+            for p in retrieval_paths {
+                if let Some(&v) = p.as_ref().iter().find(|&&v| v as usize >= vocab) {
+                    return Err(out("retrieval_paths", v));
+                }
+            }
+            if let Some(rt) = root_topk {
+                if rt.len() < tab.k() {
+                    return Err(Error::value(
+                        "last_topk",
+                        format!(
+                            "expected at least breadth = {} ids, got {}",
+                            tab.k(),
+                            rt.len()
+                        ),
+                    ));
+                }
+                if let Some(&v) = rt.iter().find(|&&v| v as usize >= vocab) {
+                    return Err(out("last_topk", v));
+                }
+            }
+        }
+        for p in retrieval_paths {
+            match p.as_ref().first() {
+                Some(&t) if t == root => {}
+                Some(&t) => {
+                    return Err(Error::value(
+                        "retrieval_paths",
+                        format!("every path must start with the root {root}, got {t}"),
+                    ))
+                }
+                None => return Err(Error::value("retrieval_paths", "empty path")),
+            }
+        }
+        // Step 2: the retrieval tree first.
+        self.reset(root, capacity)?;
+        for p in retrieval_paths {
+            self.add_retrieval_path(p.as_ref())?;
+        }
+        // Step 3: the logits tree fills the rest.
+        if let Some(tab) = table {
+            logits_tree::grow_logits_tree(self, tab, root_topk);
+        }
+        // Step 4: flatten.
+        Ok(self.flatten())
+    }
+
+    /// Flatten breadth-first, root first, children in insertion order (spec step 4).
+    pub fn flatten(&mut self) -> FlatTree {
+        let n = self.nodes.len();
+        // BFS order over the arena.
+        self.order.clear();
+        self.order.push(0);
+        let mut head = 0;
+        while head < self.order.len() {
+            let mut c = self.nodes[self.order[head] as usize].first_child;
+            head += 1;
+            while c != NONE {
+                self.order.push(c);
+                c = self.nodes[c as usize].next_sibling;
+            }
+        }
+        self.new_index.clear();
+        self.new_index.resize(n, 0);
+        for (i, &u) in self.order.iter().enumerate() {
+            self.new_index[u as usize] = i as u32;
+        }
+        let mut tokens = Vec::with_capacity(n);
+        let mut parents = Vec::with_capacity(n);
+        let mut depths = Vec::with_capacity(n);
+        let mut sources = Vec::with_capacity(n);
+        let mut num_leaves = 0;
+        let mut max_depth = 0;
+        for &u in &self.order {
+            let node = &self.nodes[u as usize];
+            tokens.push(node.token as i64);
+            parents.push(if node.parent == NONE {
+                -1
+            } else {
+                self.new_index[node.parent as usize] as i64
+            });
+            depths.push(node.depth as i64);
+            sources.push(node.source);
+            num_leaves += (node.first_child == NONE) as usize;
+            max_depth = max_depth.max(node.depth as usize);
+        }
+        // Attention mask: row i = row parent(i) + i. Ancestors of i all precede its parent
+        // p, so only the first p + 1 entries of row p need copying.
+        let mut attention_mask = vec![false; n * n];
+        for i in 0..n {
+            if i > 0 {
+                let p = parents[i] as usize;
+                attention_mask.copy_within(p * n..p * n + p + 1, i * n);
+            }
+            attention_mask[i * n + i] = true;
+        }
+        // One row per leaf, leaves in BFS order, filled from the leaf up.
+        let width = max_depth + 1;
+        let mut retrieve_indices = vec![-1i64; num_leaves * width];
+        let mut row = 0;
+        for (i, &u) in self.order.iter().enumerate() {
+            if self.nodes[u as usize].first_child != NONE {
+                continue;
+            }
+            let mut j = i as i64;
+            for d in (0..=depths[i] as usize).rev() {
+                retrieve_indices[row * width + d] = j;
+                j = parents[j as usize];
+            }
+            row += 1;
+        }
+        FlatTree {
+            tokens,
+            parents,
+            depths,
+            attention_mask,
+            retrieve_indices,
+            num_leaves,
+            width,
+            sources,
+        }
+    }
+}
+
+/// One-shot convenience: build a draft tree with a fresh [`TreeBuilder`]
+/// (see [`TreeBuilder::build`]).
+pub fn build_draft_tree<P: AsRef<[u32]>>(
+    root: u32,
+    capacity: usize,
+    retrieval_paths: &[P],
+    table: Option<&CopyLogitTable>,
+    root_topk: Option<&[u32]>,
+) -> Result<FlatTree> {
+    TreeBuilder::new().build(root, capacity, retrieval_paths, table, root_topk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_PATHS: &[&[u32]] = &[];
+
+    fn table(vocab: usize, k: usize, rows: &[(u32, &[u32])]) -> CopyLogitTable {
+        let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
+        for (tok, row) in rows {
+            let ids: Vec<i64> = row.iter().map(|&v| v as i64).collect();
+            t.observe(&[*tok as i64], &ids, [1, row.len()]).unwrap();
+        }
+        t
+    }
+
+    /// Check every structural invariant of a flat tree.
+    fn check(f: &FlatTree) {
+        let n = f.len();
+        assert!(n >= 1);
+        assert_eq!(f.parents[0], -1);
+        assert_eq!(f.depths[0], 0);
+        assert_eq!(f.sources[0], SOURCE_ROOT);
+        for i in 1..n {
+            let p = f.parents[i];
+            assert!(p >= 0 && (p as usize) < i);
+            assert_eq!(f.depths[i], f.depths[p as usize] + 1);
+            // BFS: depths never decrease
+            assert!(f.depths[i] >= f.depths[i - 1]);
+            assert!(f.sources[i] >= 1 && f.sources[i] <= 3);
+        }
+        for i in 0..n {
+            let mut anc = vec![false; n];
+            let mut j = i as i64;
+            while j >= 0 {
+                anc[j as usize] = true;
+                j = f.parents[j as usize];
+            }
+            assert_eq!(&f.attention_mask[i * n..(i + 1) * n], &anc[..]);
+        }
+        let leaves: Vec<usize> = (0..n)
+            .filter(|&i| !f.parents.contains(&(i as i64)))
+            .collect();
+        assert_eq!(leaves.len(), f.num_leaves);
+        for (r, &leaf) in leaves.iter().enumerate() {
+            let row = &f.retrieve_indices[r * f.width..(r + 1) * f.width];
+            let d = f.depths[leaf] as usize;
+            assert_eq!(row[d], leaf as i64);
+            assert_eq!(row[0], 0);
+            for x in 1..=d {
+                assert_eq!(f.parents[row[x] as usize], row[x - 1]);
+            }
+            assert!(row[d + 1..].iter().all(|&v| v == -1));
+        }
+    }
+
+    fn depth_counts(f: &FlatTree) -> Vec<usize> {
+        let mut c = vec![0; f.width];
+        for &d in &f.depths {
+            c[d as usize] += 1;
+        }
+        c
+    }
+
+    /// A table where every token's row is k fresh tokens: all tokens distinct.
+    fn distinct_table(k: usize, depth: usize) -> (CopyLogitTable, u32) {
+        let vocab = 1 + (0..depth).map(|d| k.pow(d as u32 + 1)).sum::<usize>();
+        let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
+        let mut next = 1i64;
+        let mut frontier = vec![0i64];
+        for _ in 0..depth {
+            let mut nf = vec![];
+            for &v in &frontier {
+                let row: Vec<i64> = (next..next + k as i64).collect();
+                next += k as i64;
+                t.observe(&[v], &row, [1, k]).unwrap();
+                nf.extend(row);
+            }
+            frontier = nf;
+        }
+        (t, 0)
+    }
+
+    #[test]
+    fn paper_shapes() {
+        let (t, root) = distinct_table(8, 4);
+        let f = build_draft_tree(root, 64, NO_PATHS, Some(&t), None).unwrap();
+        check(&f);
+        assert_eq!(depth_counts(&f), vec![1, 8, 19, 24, 12]);
+        let (t, root) = distinct_table(4, 4);
+        let f = build_draft_tree(root, 21, NO_PATHS, Some(&t), None).unwrap();
+        check(&f);
+        assert_eq!(depth_counts(&f), vec![1, 4, 8, 8]);
+    }
+
+    #[test]
+    fn retrieval_then_logits_merge() {
+        // root 0; retrieval paths 0-1-2 and 0-3; table row 0 = [1, 4], row 1 = [2, 5].
+        let t = table(10, 2, &[(0, &[1, 4]), (1, &[2, 5])]);
+        let paths: Vec<Vec<u32>> = vec![vec![0, 1, 2], vec![0, 3]];
+        let f = build_draft_tree(0, 10, &paths, Some(&t), None).unwrap();
+        check(&f);
+        // BFS: 0 | 1 3 4 | 2 5
+        assert_eq!(f.tokens, vec![0, 1, 3, 4, 2, 5]);
+        assert_eq!(f.parents, vec![-1, 0, 0, 0, 1, 1]);
+        assert_eq!(
+            f.sources,
+            vec![
+                SOURCE_ROOT,
+                SOURCE_BOTH,
+                SOURCE_RETRIEVAL,
+                SOURCE_LOGITS,
+                SOURCE_BOTH,
+                SOURCE_LOGITS
+            ]
+        );
+        assert_eq!(
+            f.retrieve_indices,
+            vec![0, 2, -1, 0, 3, -1, 0, 1, 4, 0, 1, 5]
+        );
+        // capacity 4: retrieval takes 4 nodes; logits adds nothing and marks nothing.
+        let f = build_draft_tree(0, 4, &paths, Some(&t), None).unwrap();
+        assert_eq!(f.tokens, vec![0, 1, 3, 2]);
+        assert_eq!(f.sources, vec![0, 1, 1, 1]);
+        // capacity 5: one new logits node (4) fits; 1 became "both" on the way.
+        let f = build_draft_tree(0, 5, &paths, Some(&t), None).unwrap();
+        assert_eq!(f.tokens, vec![0, 1, 3, 4, 2]);
+        assert_eq!(f.sources, vec![0, 3, 1, 2, 1]);
+    }
+
+    #[test]
+    fn last_logit_root_row() {
+        let t = table(10, 2, &[(0, &[1, 4]), (7, &[8, 9])]);
+        let f = build_draft_tree(0, 10, NO_PATHS, Some(&t), Some(&[7, 6, 5])).unwrap();
+        // root children from root_topk[..2] = 7, 6; 7 (breadth 2, root parent) -> 8, 9
+        assert_eq!(f.tokens, vec![0, 7, 6, 8, 9]);
+        assert_eq!(f.parents, vec![-1, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn errors() {
+        let t = table(10, 2, &[]);
+        assert!(build_draft_tree(0, 0, NO_PATHS, Some(&t), None).is_err());
+        assert!(build_draft_tree(0, MAX_CAPACITY + 1, NO_PATHS, None, None).is_err());
+        assert!(build_draft_tree(10, 4, NO_PATHS, Some(&t), None).is_err());
+        assert!(build_draft_tree(1, 4, &[vec![2u32, 3]], None, None).is_err());
+        assert!(build_draft_tree(1, 4, &[Vec::<u32>::new()], None, None).is_err());
+        assert!(build_draft_tree(1, 4, &[vec![1u32, 30]], Some(&t), None).is_err());
+        assert!(build_draft_tree(1, 4, NO_PATHS, Some(&t), Some(&[1])).is_err());
+        assert!(build_draft_tree(1, 4, NO_PATHS, Some(&t), Some(&[1, 10])).is_err());
+    }
+
+    #[test]
+    fn root_only_and_truncated_retrieval() {
+        let f = build_draft_tree(5, 1, &[vec![5u32, 6, 7]], None, None).unwrap();
+        assert_eq!(f.tokens, vec![5]);
+        assert_eq!(f.retrieve_indices, vec![0]);
+        assert_eq!(f.attention_mask, vec![true]);
+        let f = build_draft_tree(5, 2, &[vec![5u32, 6, 7], vec![5, 8]], None, None).unwrap();
+        assert_eq!(f.tokens, vec![5, 6]);
+    }
+
+    #[test]
+    fn random_trees_are_well_formed() {
+        // xorshift: no dev-dependency needed.
+        let mut s = 0x9E3779B97F4A7C15u64;
+        let mut rnd = |m: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % m
+        };
+        for _ in 0..2000 {
+            let vocab = 1 + rnd(12) as usize;
+            let k = 1 + rnd(vocab.min(4) as u64) as usize;
+            let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
+            for _ in 0..rnd(2 * vocab as u64) {
+                let row: Vec<i64> = (0..k).map(|_| rnd(vocab as u64) as i64).collect();
+                t.observe(&[rnd(vocab as u64) as i64], &row, [1, k])
+                    .unwrap();
+            }
+            let root = rnd(vocab as u64) as u32;
+            let cap = 1 + rnd(30) as usize;
+            let paths: Vec<Vec<u32>> = (0..rnd(4))
+                .map(|_| {
+                    let mut p = vec![root];
+                    p.extend((0..rnd(5)).map(|_| rnd(vocab as u64) as u32));
+                    p
+                })
+                .collect();
+            let f = build_draft_tree(root, cap, &paths, Some(&t), None).unwrap();
+            check(&f);
+            assert!(f.len() <= cap);
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! Drafters: one per method, all producing the same [`FlatTree`] (racer-spec.md steps 2-4,
+//! 8 and 9, and the peers of "Peers to measure against").
+//!
+//! | method        | retrieval part                  | logits part                          |
+//! |---------------|---------------------------------|--------------------------------------|
+//! | `racer`       | Aho-Corasick automaton          | copy-logit table (fills the rest)    |
+//! | `retrieval`   | Aho-Corasick automaton          | none                                 |
+//! | `logits`      | none                            | copy-logit table (Token Recycling)   |
+//! | `logits-last` | none                            | root from `last_topk`, then table    |
+//! | `pld`         | prompt lookup: one chain        | none                                 |
+//! | `ar`          | none (root only: plain decoding)| none                                 |
+//!
+//! The verification loop talks to a drafter through three calls per step:
+//! `observe(token_ids, topk_ids)` (tokens the target was fed and the top-k ids of its
+//! logits there: copy-logit rows), `commit(token_ids)` (tokens that became output: the
+//! automaton and the PLD history), and `draft(root, last_topk)`.
+
+use std::str::FromStr;
+
+use crate::automaton::Automaton;
+use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogitTable};
+use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
+use crate::error::{Error, Result};
+
+/// Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
+pub const PLD_MAX_NGRAM: usize = 3;
+/// Prompt lookup: at most this many tokens are copied after the match.
+pub const PLD_NUM_TOKENS: usize = 10;
+
+/// A drafting method (see the module table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Racer,
+    Retrieval,
+    Logits,
+    LogitsLast,
+    Pld,
+    Ar,
+}
+
+impl Method {
+    /// Every method, in documentation order.
+    pub const ALL: [Method; 6] = [
+        Method::Racer,
+        Method::Retrieval,
+        Method::Logits,
+        Method::LogitsLast,
+        Method::Pld,
+        Method::Ar,
+    ];
+
+    /// The method's public name (`"racer"`, `"logits-last"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Racer => "racer",
+            Method::Retrieval => "retrieval",
+            Method::Logits => "logits",
+            Method::LogitsLast => "logits-last",
+            Method::Pld => "pld",
+            Method::Ar => "ar",
+        }
+    }
+
+    /// Whether the method drafts from the Aho-Corasick automaton.
+    pub fn uses_automaton(self) -> bool {
+        matches!(self, Method::Racer | Method::Retrieval)
+    }
+
+    /// Whether the method drafts from the copy-logit table.
+    pub fn uses_table(self) -> bool {
+        matches!(self, Method::Racer | Method::Logits | Method::LogitsLast)
+    }
+}
+
+impl FromStr for Method {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Method> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                Error::value(
+                    "method",
+                    format!(
+                    "unknown method {s:?}; expected one of \"racer\", \"retrieval\", \"logits\", \
+                     \"logits-last\", \"pld\", \"ar\""
+                ),
+                )
+            })
+    }
+}
+
+/// The prompt-lookup chain (PLD). `context` is the committed tokens followed by the root.
+/// For n = `max_ngram` down to 1: take the last n tokens of the context, find their most
+/// recent *earlier* occurrence (start < len - n), and return up to `num_tokens` tokens that
+/// follow it (never empty: the match ends before the last token). No match: empty.
+pub fn prompt_lookup(context: &[u32], max_ngram: usize, num_tokens: usize) -> &[u32] {
+    let len = context.len();
+    for n in (1..=max_ngram).rev() {
+        if len <= n {
+            continue;
+        }
+        let suffix = &context[len - n..];
+        // Most recent first: start from the latest possible earlier occurrence.
+        for start in (0..len - n).rev() {
+            if &context[start..start + n] == suffix {
+                let end = (start + n + num_tokens).min(len);
+                return &context[start + n..end];
+            }
+        }
+    }
+    &[]
+}
+
+/// The parameters of a [`Drafter`] (validated by [`Drafter::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrafterConfig {
+    pub method: Method,
+    /// Token ids are in `[0, vocab_size)`.
+    pub vocab_size: i64,
+    /// Maximum draft-tree nodes, root included (paper 64).
+    pub capacity: i64,
+    /// `k`: copy-logit ids per row and the root's breadth (paper 8).
+    pub breadth: i64,
+    /// Automaton n-gram length (paper 10).
+    pub ngram: i64,
+    /// Automaton node budget (paper 10,000).
+    pub max_nodes: i64,
+    /// Shallowest border depth the automaton retrieves from (spec: 2).
+    pub min_border_depth: i64,
+}
+
+impl DrafterConfig {
+    /// The paper's defaults for `method` and `vocab_size`: C = 64, k = 8, n = 10,
+    /// max_nodes = 10,000, min_border_depth = 2.
+    pub fn new(method: Method, vocab_size: i64) -> Self {
+        DrafterConfig {
+            method,
+            vocab_size,
+            capacity: 64,
+            breadth: 8,
+            ngram: 10,
+            max_nodes: 10_000,
+            min_border_depth: 2,
+        }
+    }
+}
+
+/// One drafter: whichever of automaton, copy-logit table and PLD history its method needs,
+/// plus a reusable [`TreeBuilder`].
+#[derive(Debug)]
+pub struct Drafter {
+    config: DrafterConfig,
+    // The validated sizes.
+    vocab_size: usize,
+    capacity: usize,
+    breadth: usize,
+    automaton: Option<Automaton>,
+    table: Option<CopyLogitTable>,
+    /// Committed tokens (PLD only; other methods keep just the count).
+    history: Vec<u32>,
+    num_committed: usize,
+    builder: TreeBuilder,
+    /// `last_topk` converted to u32 (scratch).
+    root_topk: Vec<u32>,
+}
+
+impl Drafter {
+    /// Build a drafter. Errors: `vocab_size < 1`, capacity outside `[1, MAX_CAPACITY]`,
+    /// `breadth` outside `[1, vocab_size]` or a too large table, and the automaton's own
+    /// parameter errors (`ngram`, `max_nodes`, `min_border_depth`) for methods that use it.
+    /// Every parameter is checked, whether or not the method uses it.
+    pub fn new(config: DrafterConfig) -> Result<Self> {
+        // The table checks vocab_size and breadth; validate it for every method (cheap:
+        // the allocation is lazy), keep it only if the method uses it.
+        let table = CopyLogitTable::new(config.vocab_size, config.breadth)?;
+        let capacity = check_capacity(config.capacity)?;
+        let (vocab_size, breadth) = (table.vocab_size(), table.k());
+        let table = config.method.uses_table().then_some(table);
+        let automaton = Automaton::new(config.max_nodes, config.ngram, config.min_border_depth)?;
+        let automaton = config.method.uses_automaton().then_some(automaton);
+        Ok(Drafter {
+            config,
+            vocab_size,
+            capacity,
+            breadth,
+            automaton,
+            table,
+            history: Vec::new(),
+            num_committed: 0,
+            builder: TreeBuilder::new(),
+            root_topk: Vec::new(),
+        })
+    }
+
+    /// The configuration this drafter was built with.
+    pub fn config(&self) -> &DrafterConfig {
+        &self.config
+    }
+
+    /// The copy-logit table (methods `racer`, `logits`, `logits-last`).
+    pub fn table(&self) -> Option<&CopyLogitTable> {
+        self.table.as_ref()
+    }
+
+    /// The automaton (methods `racer`, `retrieval`).
+    pub fn automaton(&self) -> Option<&Automaton> {
+        self.automaton.as_ref()
+    }
+
+    /// Number of tokens committed since the last reset.
+    pub fn num_committed(&self) -> usize {
+        self.num_committed
+    }
+
+    /// Copy-logit update (spec step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
+    /// `topk_ids` is row-major with shape `topk_shape = (n, k' >= k)`.
+    ///
+    /// Which tokens to pass is the caller's choice: every prompt position after prefill;
+    /// after a verify pass every tree node (the paper's default, rejected ones included)
+    /// or only the accepted ones. Validated for every method, stored only by the methods
+    /// with a table. Errors (nothing changes): shape, or an id outside `[0, vocab_size)`.
+    pub fn observe(
+        &mut self,
+        token_ids: &[i64],
+        topk_ids: &[i64],
+        topk_shape: [usize; 2],
+    ) -> Result<()> {
+        match &mut self.table {
+            Some(t) => t.observe(token_ids, topk_ids, topk_shape),
+            // Same checks as the table would do, so every method rejects the same input.
+            None => check_observe(
+                token_ids,
+                topk_ids,
+                topk_shape,
+                self.vocab_size,
+                self.breadth,
+            ),
+        }
+    }
+
+    /// Commit tokens that became output (spec step 9): the automaton is extended and the
+    /// PLD history grows. Errors (nothing changes): an id outside `[0, vocab_size)`.
+    pub fn commit(&mut self, token_ids: &[i64]) -> Result<()> {
+        check_token_ids("token_ids", token_ids, self.vocab_size)?;
+        if let Some(a) = &mut self.automaton {
+            // Ids are < vocab_size <= 2^28, so the cast is exact.
+            let tokens: Vec<u32> = token_ids.iter().map(|&t| t as u32).collect();
+            a.extend(&tokens);
+        }
+        if self.config.method == Method::Pld {
+            self.history.extend(token_ids.iter().map(|&t| t as u32));
+        }
+        self.num_committed += token_ids.len();
+        Ok(())
+    }
+
+    /// Build this step's draft tree for `root` (spec steps 2-4).
+    ///
+    /// `last_topk`: the top-k' ids (k' >= breadth) of the logits that produced the root;
+    /// required by `logits-last`, validated but unused by the other methods.
+    /// Errors: root or an id outside `[0, vocab_size)`, `last_topk` too short or missing
+    /// for `logits-last`.
+    pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<FlatTree> {
+        let vocab = self.vocab_size;
+        let root = check_token_id("root", root, vocab)?;
+        let k = self.breadth;
+        if let Some(rt) = last_topk {
+            if rt.len() < k {
+                return Err(Error::value(
+                    "last_topk",
+                    format!("expected at least breadth = {k} ids, got {}", rt.len()),
+                ));
+            }
+            check_token_ids("last_topk", rt, vocab)?;
+        }
+        let capacity = self.capacity;
+        let no_paths: &[&[u32]] = &[];
+        match self.config.method {
+            Method::Racer | Method::Retrieval => {
+                let automaton = self
+                    .automaton
+                    .as_mut()
+                    .expect("racer/retrieval own an automaton");
+                let paths = automaton.retrieve(root, capacity)?;
+                self.builder
+                    .build(root, capacity, &paths, self.table.as_ref(), None)
+            }
+            Method::Logits => {
+                self.builder
+                    .build(root, capacity, no_paths, self.table.as_ref(), None)
+            }
+            Method::LogitsLast => {
+                let rt = last_topk.ok_or_else(|| {
+                    Error::value("last_topk", "required by method \"logits-last\" (got None)")
+                })?;
+                self.root_topk.clear();
+                self.root_topk.extend(rt[..k].iter().map(|&t| t as u32));
+                self.builder.build(
+                    root,
+                    capacity,
+                    no_paths,
+                    self.table.as_ref(),
+                    Some(&self.root_topk),
+                )
+            }
+            Method::Pld => {
+                // The context is the committed tokens followed by the root.
+                self.history.push(root);
+                let chain = prompt_lookup(&self.history, PLD_MAX_NGRAM, PLD_NUM_TOKENS);
+                let mut path = Vec::with_capacity(chain.len() + 1);
+                path.push(root);
+                path.extend_from_slice(chain);
+                self.history.pop();
+                self.builder.build(root, capacity, &[path], None, None)
+            }
+            Method::Ar => self.builder.build(root, capacity, no_paths, None, None),
+        }
+    }
+
+    /// Forget everything: automaton, copy-logit table, history.
+    pub fn reset(&mut self) {
+        if let Some(a) = &mut self.automaton {
+            a.reset();
+        }
+        if let Some(t) = &mut self.table {
+            t.reset();
+        }
+        self.history.clear();
+        self.num_committed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drafter(method: Method, vocab: i64, capacity: i64, k: i64) -> Drafter {
+        let mut c = DrafterConfig::new(method, vocab);
+        c.capacity = capacity;
+        c.breadth = k;
+        Drafter::new(c).unwrap()
+    }
+
+    #[test]
+    fn method_names_round_trip() {
+        for m in Method::ALL {
+            assert_eq!(m.name().parse::<Method>().unwrap(), m);
+        }
+        assert!("RACER".parse::<Method>().is_err());
+    }
+
+    #[test]
+    fn prompt_lookup_rules() {
+        // context: 1 2 3 4 | 9 2 3 | root 4: last 3-gram "2 3 4" occurs at 1 -> copy from 4.
+        let ctx = [1, 2, 3, 4, 5, 6, 9, 2, 3, 4];
+        assert_eq!(prompt_lookup(&ctx, 3, 10), &[5, 6, 9, 2, 3, 4]);
+        assert_eq!(prompt_lookup(&ctx, 3, 2), &[5, 6]);
+        // most recent match wins: "7" occurs twice before the end.
+        let ctx = [7, 1, 7, 2, 7];
+        assert_eq!(prompt_lookup(&ctx, 3, 10), &[2, 7]);
+        // no match at all
+        assert!(prompt_lookup(&[1, 2, 3], 3, 10).is_empty());
+        assert!(prompt_lookup(&[5], 3, 10).is_empty());
+        // falls back from n = 3 to n = 1
+        let ctx = [8, 5, 1, 2, 5];
+        assert_eq!(prompt_lookup(&ctx, 3, 10), &[1, 2, 5]);
+    }
+
+    #[test]
+    fn pld_drafter_chain_capped_by_capacity() {
+        let mut d = drafter(Method::Pld, 20, 4, 2);
+        d.commit(&[1, 2, 3, 4, 5, 6, 1]).unwrap();
+        let f = d.draft(2, None).unwrap();
+        // context 1 2 3 4 5 6 1 2: "1 2" matches at 0 -> 3 4 5 ..., capped to 3 drafts.
+        assert_eq!(f.tokens, vec![2, 3, 4, 5]);
+        assert_eq!(f.parents, vec![-1, 0, 1, 2]);
+        assert_eq!(f.sources, vec![0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn ar_is_root_only_and_validation() {
+        let mut d = drafter(Method::Ar, 10, 64, 8);
+        assert_eq!(d.draft(3, None).unwrap().tokens, vec![3]);
+        assert!(d.draft(10, None).is_err());
+        assert!(d.draft(-1, None).is_err());
+        assert!(d.observe(&[1], &[1, 2, 3], [1, 3]).is_err()); // k' < k
+        assert!(d.observe(&[1], &[1; 8], [1, 8]).is_ok());
+        assert!(d.commit(&[1, 10]).is_err());
+        assert_eq!(d.num_committed(), 0);
+    }
+
+    #[test]
+    fn racer_merges_retrieval_and_logits() {
+        let mut d = drafter(Method::Racer, 50, 8, 2);
+        // The context repeats "5 6 7 8", so the automaton can continue root 6 with 7 8 ...
+        d.commit(&[5, 6, 7, 8, 1, 5]).unwrap();
+        // Copy-logit row of 6: [7, 9].
+        d.observe(&[6], &[7, 9], [1, 2]).unwrap();
+        let f = d.draft(6, None).unwrap();
+        assert_eq!(f.tokens[0], 6);
+        let i7 = f.tokens.iter().position(|&t| t == 7).unwrap();
+        assert_eq!(f.parents[i7], 0);
+        assert_eq!(f.sources[i7], crate::draft_tree::SOURCE_BOTH);
+        assert!(f.tokens.contains(&9));
+        assert!(f.len() <= 8);
+    }
+
+    #[test]
+    fn logits_last_needs_last_topk() {
+        let mut d = drafter(Method::LogitsLast, 10, 8, 2);
+        assert!(d.draft(1, None).is_err());
+        assert!(d.draft(1, Some(&[2])).is_err());
+        d.observe(&[2], &[3, 4], [1, 2]).unwrap();
+        let f = d.draft(1, Some(&[2, 5, 9])).unwrap();
+        assert_eq!(f.tokens, vec![1, 2, 5, 3, 4]);
+    }
+}

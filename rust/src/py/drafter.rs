@@ -1,0 +1,430 @@
+//! PyO3 wrappers for the drafting side: `CopyLogitTable`, `build_draft_tree` and `Drafter`.
+//!
+//! Arguments arrive as numpy arrays (any integer dtype, any layout), lists or anything
+//! `numpy.asarray` understands; a C-contiguous int64 array is read in place, without a
+//! copy. A draft tree leaves as a tuple of six numpy arrays that own the Rust buffers
+//! (no copy either); `racer_ref.Drafter` wraps the tuple into a `DraftTree`.
+
+use numpy::ndarray::Array2;
+use numpy::{
+    IntoPyArray, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::copy_logit::CopyLogitTable;
+use crate::draft_tree::{FlatTree, TreeBuilder, MAX_CAPACITY};
+use crate::drafter::{Drafter, DrafterConfig, Method};
+
+static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Python-style tuple text of a shape: `(3,)`, `(2, 4)`.
+fn fmt_shape(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// An integer array argument seen as `i64` values: borrowed from numpy when the input is
+/// already a C-contiguous int64 array, copied otherwise.
+struct IntArg<'py> {
+    shape: Vec<usize>,
+    borrowed: Option<PyReadonlyArrayDyn<'py, i64>>,
+    owned: Vec<i64>,
+}
+
+impl IntArg<'_> {
+    fn values(&self) -> &[i64] {
+        match &self.borrowed {
+            // `borrowed` is only kept when `as_slice` succeeds.
+            Some(b) => b.as_slice().unwrap_or(&[]),
+            None => &self.owned,
+        }
+    }
+}
+
+/// Convert `obj` to an integer array with `ndim` dimensions. Errors: `ValueError` for the
+/// wrong number of dimensions, `TypeError` for a non-integer dtype (an empty input passes:
+/// `[]` is float64 in numpy).
+fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<IntArg<'py>> {
+    let py = obj.py();
+    let arr: Bound<'py, PyUntypedArray> = match obj.cast::<PyUntypedArray>() {
+        Ok(a) => a.clone(),
+        Err(_) => {
+            let asarray = ASARRAY.import(py, "numpy", "asarray")?;
+            asarray
+                .call1((obj,))?
+                .cast_into::<PyUntypedArray>()
+                .map_err(|_| PyTypeError::new_err(format!("{arg}: expected an integer array")))?
+        }
+    };
+    let shape = arr.shape().to_vec();
+    if shape.len() != ndim {
+        return Err(PyValueError::new_err(format!(
+            "{arg}: expected a {ndim}-D array, got shape {}",
+            fmt_shape(&shape)
+        )));
+    }
+    let dtype = arr.dtype();
+    let kind = dtype.kind();
+    if !arr.is_empty() && kind != b'i' && kind != b'u' {
+        return Err(PyTypeError::new_err(format!(
+            "{arg}: expected integer token ids, got dtype {dtype}"
+        )));
+    }
+    // int64 arrays are read as they are; other integer dtypes (and empty float arrays) are
+    // converted once by numpy.
+    let arr64: Bound<'py, PyArrayDyn<i64>> = match arr.cast::<PyArrayDyn<i64>>() {
+        Ok(a) => a.clone(),
+        Err(_) => arr
+            .call_method1("astype", ("int64",))?
+            .cast_into::<PyArrayDyn<i64>>()?,
+    };
+    let ro = arr64.try_readonly()?;
+    // `as_slice` also accepts Fortran order; the core wants row-major values.
+    if arr64.is_c_contiguous() && ro.as_slice().is_ok() {
+        Ok(IntArg {
+            shape,
+            borrowed: Some(ro),
+            owned: Vec::new(),
+        })
+    } else {
+        let owned = ro.as_array().iter().copied().collect();
+        Ok(IntArg {
+            shape,
+            borrowed: None,
+            owned,
+        })
+    }
+}
+
+/// A token-id scalar: any Python or numpy integer. A too large int becomes a `ValueError`
+/// (out of range) like in the Python twin, not an `OverflowError`.
+fn int_scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<i64> {
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Err(PyValueError::new_err(
+            format!("{arg}: {obj} is out of range"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// The six arrays of a `DraftTree`, in field order: tokens, parents, depths,
+/// attention_mask, retrieve_indices, sources. The arrays take over the Rust buffers.
+fn tree_to_py<'py>(py: Python<'py>, f: FlatTree) -> PyResult<Bound<'py, PyTuple>> {
+    let n = f.len();
+    let mask = Array2::from_shape_vec((n, n), f.attention_mask)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let ri = Array2::from_shape_vec((f.num_leaves, f.width), f.retrieve_indices)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    PyTuple::new(
+        py,
+        [
+            PyArray1::from_vec(py, f.tokens).into_any(),
+            PyArray1::from_vec(py, f.parents).into_any(),
+            PyArray1::from_vec(py, f.depths).into_any(),
+            mask.into_pyarray(py).into_any(),
+            ri.into_pyarray(py).into_any(),
+            PyArray1::from_vec(py, f.sources).into_any(),
+        ],
+    )
+}
+
+/// `(token_ids, topk_ids)` of an observe call, converted and shape-checked for rank.
+fn observe_args<'py>(
+    token_ids: &Bound<'py, PyAny>,
+    topk_ids: &Bound<'py, PyAny>,
+) -> PyResult<(IntArg<'py>, IntArg<'py>)> {
+    let tokens = int_array(token_ids, "token_ids", 1)?;
+    let topk = int_array(topk_ids, "topk_ids", 2)?;
+    Ok((tokens, topk))
+}
+
+/// Dense `[vocab_size, k]` copy-logit table (racer-spec.md step 8). See
+/// `racer_ref.reference.CopyLogitTable` for the documented twin.
+#[pyclass(name = "CopyLogitTable", module = "racer_ref._core")]
+pub struct PyCopyLogitTable {
+    inner: CopyLogitTable,
+}
+
+#[pymethods]
+impl PyCopyLogitTable {
+    #[new]
+    fn new(vocab_size: i64, k: i64) -> PyResult<Self> {
+        Ok(PyCopyLogitTable {
+            inner: CopyLogitTable::new(vocab_size, k)?,
+        })
+    }
+
+    /// Number of token ids (rows).
+    #[getter]
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    /// Ids kept per row.
+    #[getter]
+    fn k(&self) -> usize {
+        self.inner.k()
+    }
+
+    /// Rows written since the last reset.
+    #[getter]
+    fn num_seen(&self) -> usize {
+        self.inner.num_seen()
+    }
+
+    /// Write `table[token_ids[i]] = topk_ids[i, :k]`; see the twin's docstring.
+    fn observe(
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
+        topk_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (tokens, topk) = observe_args(token_ids, topk_ids)?;
+        let shape = [topk.shape[0], topk.shape[1]];
+        Ok(self.inner.observe(tokens.values(), topk.values(), shape)?)
+    }
+
+    /// Row `token` as a list (empty if never seen or outside the vocabulary).
+    fn row(&self, token: i64) -> Vec<u32> {
+        match u32::try_from(token) {
+            Ok(t) => self.inner.row(t).to_vec(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Whether row `token` has been written.
+    fn is_seen(&self, token: i64) -> bool {
+        u32::try_from(token)
+            .map(|t| self.inner.is_seen(t))
+            .unwrap_or(false)
+    }
+
+    /// Forget every row.
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CopyLogitTable(vocab_size={}, k={}, num_seen={})",
+            self.inner.vocab_size(),
+            self.inner.k(),
+            self.inner.num_seen()
+        )
+    }
+}
+
+/// Build one draft tree (spec steps 2-4) from retrieval paths and an optional copy-logit
+/// table; returns the six `DraftTree` arrays. See `racer_ref.reference.build_draft_tree`.
+#[pyfunction]
+#[pyo3(signature = (root, capacity, retrieval_paths=None, table=None, root_topk=None))]
+fn build_draft_tree<'py>(
+    py: Python<'py>,
+    root: &Bound<'py, PyAny>,
+    capacity: &Bound<'py, PyAny>,
+    retrieval_paths: Option<&Bound<'py, PyAny>>,
+    table: Option<PyRef<'py, PyCopyLogitTable>>,
+    root_topk: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let tab = table.as_ref().map(|t| &t.inner);
+    // Token ids: [0, vocab_size) with a table, the u32 range without one.
+    let high = tab.map_or(u32::MAX as i64 + 1, |t| t.vocab_size() as i64);
+    let check = |arg: &str, v: i64| -> PyResult<u32> {
+        if (0..high).contains(&v) {
+            Ok(v as u32)
+        } else {
+            Err(PyValueError::new_err(format!(
+                "{arg}: token id {v} is outside [0, {high})"
+            )))
+        }
+    };
+    let root = check("root", int_scalar(root, "root")?)?;
+    let capacity = crate::draft_tree::check_capacity(int_scalar(capacity, "capacity")?)?;
+    let mut paths: Vec<Vec<u32>> = Vec::new();
+    if let Some(rp) = retrieval_paths {
+        for p in rp.try_iter()? {
+            let p = p?;
+            let mut path = Vec::new();
+            for t in p.try_iter()? {
+                path.push(check(
+                    "retrieval_paths",
+                    int_scalar(&t?, "retrieval_paths")?,
+                )?);
+            }
+            paths.push(path);
+        }
+    }
+    let mut topk: Option<Vec<u32>> = None;
+    if let (Some(rt), Some(_)) = (root_topk, tab) {
+        let arr = int_array(rt, "last_topk", 1)?;
+        let ids = arr
+            .values()
+            .iter()
+            .map(|&v| check("last_topk", v))
+            .collect::<PyResult<_>>()?;
+        topk = Some(ids);
+    }
+    let flat = TreeBuilder::new().build(root, capacity, &paths, tab, topk.as_deref())?;
+    tree_to_py(py, flat)
+}
+
+/// One drafter per method (`racer`, `retrieval`, `logits`, `logits-last`, `pld`, `ar`).
+/// `racer_ref.Drafter(backend="rust")` wraps it; see that class for the documentation.
+#[pyclass(name = "Drafter", module = "racer_ref._core")]
+pub struct PyDrafter {
+    inner: Drafter,
+}
+
+#[pymethods]
+impl PyDrafter {
+    #[new]
+    #[pyo3(signature = (method="racer", vocab_size=None, capacity=64, breadth=8, ngram=10,
+                        max_nodes=10_000, min_border_depth=2))]
+    fn new(
+        method: &str,
+        vocab_size: Option<i64>,
+        capacity: i64,
+        breadth: i64,
+        ngram: i64,
+        max_nodes: i64,
+        min_border_depth: i64,
+    ) -> PyResult<Self> {
+        let method: Method = method.parse()?;
+        let vocab_size = vocab_size.ok_or_else(|| {
+            PyTypeError::new_err("vocab_size: required (the target model's vocabulary size)")
+        })?;
+        let config = DrafterConfig {
+            method,
+            vocab_size,
+            capacity,
+            breadth,
+            ngram,
+            max_nodes,
+            min_border_depth,
+        };
+        Ok(PyDrafter {
+            inner: Drafter::new(config)?,
+        })
+    }
+
+    /// The method name.
+    #[getter]
+    fn method(&self) -> &'static str {
+        self.inner.config().method.name()
+    }
+
+    #[getter]
+    fn vocab_size(&self) -> i64 {
+        self.inner.config().vocab_size
+    }
+
+    #[getter]
+    fn capacity(&self) -> i64 {
+        self.inner.config().capacity
+    }
+
+    #[getter]
+    fn breadth(&self) -> i64 {
+        self.inner.config().breadth
+    }
+
+    #[getter]
+    fn ngram(&self) -> i64 {
+        self.inner.config().ngram
+    }
+
+    #[getter]
+    fn max_nodes(&self) -> i64 {
+        self.inner.config().max_nodes
+    }
+
+    /// Tokens committed since the last reset.
+    #[getter]
+    fn num_committed(&self) -> usize {
+        self.inner.num_committed()
+    }
+
+    /// Copy-logit update: `token_ids` (n,) ints, `topk_ids` (n, k' >= breadth) ints.
+    fn observe(
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
+        topk_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (tokens, topk) = observe_args(token_ids, topk_ids)?;
+        let shape = [topk.shape[0], topk.shape[1]];
+        Ok(self.inner.observe(tokens.values(), topk.values(), shape)?)
+    }
+
+    /// Commit output tokens: `token_ids` (n,) ints.
+    fn commit(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = int_array(token_ids, "token_ids", 1)?;
+        Ok(self.inner.commit(tokens.values())?)
+    }
+
+    /// Build this step's draft tree; returns the six `DraftTree` arrays as a tuple.
+    #[pyo3(signature = (root, last_topk=None))]
+    fn draft<'py>(
+        &mut self,
+        py: Python<'py>,
+        root: &Bound<'py, PyAny>,
+        last_topk: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let root = int_scalar(root, "root")?;
+        let flat = match last_topk {
+            Some(rt) => {
+                let arr = int_array(rt, "last_topk", 1)?;
+                self.inner.draft(root, Some(arr.values()))?
+            }
+            None => self.inner.draft(root, None)?,
+        };
+        tree_to_py(py, flat)
+    }
+
+    /// Copy-logit row of `token` (empty when unseen or when the method has no table).
+    fn table_row<'py>(&self, py: Python<'py>, token: i64) -> PyResult<Bound<'py, PyList>> {
+        let row: &[u32] = match (self.inner.table(), u32::try_from(token)) {
+            (Some(t), Ok(tok)) => t.row(tok),
+            _ => &[],
+        };
+        PyList::new(py, row)
+    }
+
+    /// Forget the automaton, the copy-logit table and the history.
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.inner.config();
+        format!(
+            "Drafter(method={:?}, vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={})",
+            c.method.name(),
+            c.vocab_size,
+            c.capacity,
+            c.breadth,
+            c.ngram,
+            c.max_nodes
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCopyLogitTable>()?;
+    m.add_class::<PyDrafter>()?;
+    m.add_function(wrap_pyfunction!(build_draft_tree, m)?)?;
+    m.add("MAX_CAPACITY", MAX_CAPACITY)?;
+    Ok(())
+}

@@ -1,0 +1,297 @@
+"""racer_ref.Drafter: every method on both backends, Rust == Python, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import racer_ref
+from racer_ref import Drafter, DraftTree
+from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL
+from racer_ref.reference.drafter import METHODS, prompt_lookup
+
+FIELDS = ("tokens", "parents", "depths", "attention_mask", "retrieve_indices", "sources")
+
+
+def same_tree(a: DraftTree, b: DraftTree) -> None:
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert np.array_equal(x, y), (name, x, y)
+
+
+def node_paths(tree: DraftTree) -> list[tuple[int, ...]]:
+    """Each node as its root-to-node token path."""
+    out: list[tuple[int, ...]] = []
+    for i in range(len(tree)):
+        p = int(tree.parents[i])
+        out.append((out[p] if p >= 0 else ()) + (int(tree.tokens[i]),))
+    return out
+
+
+def test_public_names():
+    assert racer_ref.Drafter is Drafter
+    assert racer_ref.DraftTree is DraftTree
+    assert set(METHODS) == {"racer", "retrieval", "logits", "logits-last", "pld", "ar"}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_returns_a_valid_draft_tree(backend_name, method):
+    d = Drafter(method, vocab_size=50, capacity=16, breadth=4, backend=backend_name)
+    assert (d.method, d.vocab_size, d.capacity, d.breadth, d.backend) == (method, 50, 16, 4, backend_name)
+    stream = np.array([3, 4, 5, 6, 7, 3, 4, 5, 6, 8, 3, 4], dtype=np.int64)
+    d.observe(stream, np.stack([np.roll(stream, -1), stream, stream + 1, stream + 2], axis=1))
+    d.commit(stream)
+    assert d.num_committed == len(stream)
+    tree = d.draft(5, last_topk=np.array([6, 9, 1, 2, 3]))
+    assert isinstance(tree, DraftTree)
+    tree.validate(50)
+    assert tree.tokens[0] == 5 and len(tree) <= 16
+    if method == "ar":
+        assert len(tree) == 1
+
+
+def test_exact_trees_per_method(backend_name):
+    """Hand-checked trees for one context: committed 1 2 3 4 1 5 6 1 2 3 4, root 1."""
+    committed = [1, 2, 3, 4, 1, 5, 6, 1, 2, 3, 4]
+    # Copy-logit rows: after token t the target predicted (the true next token, 9).
+    topk = np.array([[t, 9] for t in committed[1:] + [1]])
+    trees = {}
+    for method in METHODS:
+        d = Drafter(method, vocab_size=20, capacity=8, breadth=2, ngram=4, backend=backend_name)
+        d.observe(committed, topk)
+        d.commit(committed)
+        trees[method] = d.draft(1, last_topk=[5, 2])
+    # Row 1 = [2, 9] (the last 1 was followed by 2), row 2 = [3, 9], row 3 = [4, 9], ...
+    # logits: root b=2 -> 2 (b=2), 9 (b=1); 2 -> 3 (b=1), 9 (b=1); 3 -> 4; 4 -> 1; 1 -> 2
+    assert trees["logits"].tokens.tolist() == [1, 2, 9, 3, 9, 4, 1, 2]
+    assert trees["logits"].parents.tolist() == [-1, 0, 0, 1, 1, 3, 5, 6]
+    # logits-last: the root's children are 5, 2 (from last_topk), then the table.
+    assert trees["logits-last"].tokens.tolist() == [1, 5, 2, 6, 9, 3, 1, 4]
+    # pld: context ... 2 3 4 + root 1; last 3-gram "3 4 1" occurred at 2 -> copy 5 6 1 2 3 4 1
+    assert trees["pld"].tokens.tolist() == [1, 5, 6, 1, 2, 3, 4, 1]
+    assert (trees["pld"].sources[1:] == SOURCE_RETRIEVAL).all()
+    assert trees["ar"].tokens.tolist() == [1]
+    # retrieval (n = 4): the context suffix "3 4" + root 1 continues with "5" and "5 6".
+    retrieval = trees["retrieval"]
+    assert retrieval.tokens.tolist()[:2] == [1, 5]
+    assert (retrieval.sources[1:] == SOURCE_RETRIEVAL).all()
+    # racer: the retrieval tree first (all of it fits), then the logits tree fills up to
+    # the capacity with nodes of the pure logits tree, merging where they coincide.
+    racer = trees["racer"]
+    assert len(racer) == 8
+    paths = {name: node_paths(tree) for name, tree in trees.items()}
+    with_bit = lambda name, bit: {p for p, s in zip(paths[name], trees[name].sources) if s & bit}
+    assert with_bit("racer", SOURCE_RETRIEVAL) == set(paths["retrieval"][1:])
+    d = Drafter("logits", vocab_size=20, capacity=64, breadth=2, backend=backend_name)
+    d.observe(committed, topk)
+    assert with_bit("racer", SOURCE_LOGITS) <= set(node_paths(d.draft(1)))
+    assert with_bit("racer", SOURCE_LOGITS)
+
+
+@pytest.mark.parametrize(
+    "context, expected",
+    [
+        ([1, 2, 3, 4, 5, 6, 9, 2, 3, 4], [5, 6, 9, 2, 3, 4]),  # 3-gram "2 3 4"
+        ([7, 1, 7, 2, 7], [2, 7]),  # the most recent earlier match wins
+        ([8, 5, 1, 2, 5], [1, 2, 5]),  # falls back to a 1-gram
+        ([1, 2, 3], []),  # no match
+        ([5], []),
+        ([], []),
+        (list(range(30)) + [0], list(range(1, 11))),  # at most 10 tokens
+        ([4, 4, 4, 4], [4]),  # overlapping: the most recent "4 4 4" is at 0
+    ],
+)
+def test_prompt_lookup(context, expected):
+    assert prompt_lookup(context) == expected
+
+
+@pytest.mark.parametrize("capacity, expected", [(1, [9]), (3, [9, 1, 2]), (64, [9, 1, 2, 3, 9])])
+def test_pld_chain_is_capped_by_capacity(backend_name, capacity, expected):
+    d = Drafter("pld", vocab_size=10, capacity=capacity, backend=backend_name)
+    d.commit([9, 1, 2, 3])
+    assert d.draft(9).tokens.tolist() == expected
+
+
+def test_racer_merges_shared_prefixes(backend_name):
+    d = Drafter("racer", vocab_size=50, capacity=8, breadth=2, backend=backend_name)
+    d.commit([5, 6, 7, 8, 1, 5])
+    d.observe([6], [[7, 9]])
+    tree = d.draft(6)
+    tree.validate(50)
+    # 6 -> 7 comes from both trees and is stored once; 9 only from the copy-logit row.
+    children = {int(t): int(s) for t, s, p in zip(tree.tokens, tree.sources, tree.parents) if p == 0}
+    assert children == {7: SOURCE_BOTH, 9: SOURCE_LOGITS}
+    assert tree.tokens.tolist() == [6, 7, 9, 8, 1, 5]
+
+
+def test_logits_last_needs_last_topk(backend_name):
+    d = Drafter("logits-last", vocab_size=10, breadth=2, backend=backend_name)
+    with pytest.raises(ValueError, match="last_topk"):
+        d.draft(1)
+    with pytest.raises(ValueError, match="at least"):
+        d.draft(1, last_topk=[2])
+    assert d.draft(1, last_topk=np.array([2, 3], dtype=np.int32)).tokens.tolist() == [1, 2, 3]
+
+
+def test_reset_forgets_everything(backend_name):
+    for method in METHODS:
+        d = Drafter(method, vocab_size=30, capacity=12, breadth=3, backend=backend_name)
+        fresh = d.draft(2, last_topk=[1, 2, 3])
+        d.commit([1, 2, 3, 1, 2, 3, 1])
+        d.observe([2, 3], [[3, 1, 4], [1, 2, 5]])
+        d.reset()
+        assert d.num_committed == 0 and d.table_row(2) == []
+        same_tree(d.draft(2, last_topk=[1, 2, 3]), fresh)
+
+
+# --------------------------------------------------------------------------------------
+# Rust == Python on simulated decoding runs
+# --------------------------------------------------------------------------------------
+
+
+def simulate(method, backend, seed, steps=40, vocab=12, capacity=24, breadth=3, ngram=5):
+    """A fake decoding loop: draft, observe every tree node, commit root + a random
+    accepted path. Returns every draft tree."""
+    rng = np.random.default_rng(seed)
+    d = Drafter(method, vocab_size=vocab, capacity=capacity, breadth=breadth, ngram=ngram,
+                max_nodes=60, backend=backend)
+    # A repetitive prompt so that retrieval and PLD find matches.
+    phrase = rng.integers(0, vocab, 6)
+    prompt = np.concatenate([phrase, rng.integers(0, vocab, 4), phrase[:4]])
+    d.observe(prompt, rng.integers(0, vocab, (len(prompt), breadth + 1)))
+    d.commit(prompt[:-1])
+    root = int(prompt[-1])
+    trees = []
+    for _ in range(steps):
+        tree = d.draft(root, last_topk=rng.integers(0, vocab, breadth))
+        trees.append(tree)
+        # the target "saw" every node (rejected ones included)
+        d.observe(tree.tokens, rng.integers(0, vocab, (len(tree), breadth)))
+        row = tree.retrieve_indices[rng.integers(0, len(tree.retrieve_indices))]
+        path = row[row >= 0][: int(rng.integers(1, len(row[row >= 0]) + 1))]
+        d.commit(tree.tokens[path])
+        root = int(rng.integers(0, vocab)) if rng.random() < 0.5 else int(tree.tokens[path[-1]])
+    return trees
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_rust_equals_python_in_decoding_runs(method):
+    for seed in range(20):
+        rust = simulate(method, "rust", seed)
+        python = simulate(method, "python", seed)
+        assert len(rust) == len(python)
+        for a, b in zip(rust, python):
+            same_tree(a, b)
+        if seed == 0:
+            for t in python:
+                t.validate(12)
+
+
+# --------------------------------------------------------------------------------------
+# Bad input: a clear error, and nothing changes
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, word",
+    [
+        (dict(method="nope"), ValueError, "method"),
+        (dict(backend="c++"), ValueError, "backend"),
+        (dict(vocab_size=None), TypeError, "vocab_size"),
+        (dict(vocab_size=0), ValueError, "vocab_size"),
+        (dict(capacity=0), ValueError, "capacity"),
+        (dict(capacity=-5), ValueError, "capacity"),
+        (dict(capacity=5000), ValueError, "capacity"),
+        (dict(breadth=0), ValueError, "breadth"),
+        (dict(breadth=101), ValueError, "breadth"),
+        (dict(ngram=1), ValueError, "ngram"),
+        (dict(max_nodes=0), ValueError, "max_nodes"),
+        (dict(capacity=2.0), TypeError, ""),
+    ],
+)
+@pytest.mark.parametrize("method", ["racer", "pld"])
+def test_constructor_rejects(backend_name, method, kwargs, exc, word):
+    args = dict(method=method, vocab_size=100, backend=backend_name)
+    args.update(kwargs)
+    with pytest.raises(exc, match=word or None):
+        Drafter(**args)
+
+
+BAD_OBSERVE = [
+    ([1], [[1, 2]], ValueError),  # k' < breadth = 3
+    ([1, 2], [[1, 2, 3]], ValueError),  # rows != n
+    ([1.0], [[1, 2, 3]], TypeError),
+    ([1], [[1.0, 2.0, 3.0]], TypeError),
+    ([[1]], [[1, 2, 3]], ValueError),
+    ([30], [[1, 2, 3]], ValueError),
+    ([1], [[1, 2, 30]], ValueError),
+    ([1], [[-1, 2, 3]], ValueError),
+]
+BAD_COMMIT = [([1, 30], ValueError), ([-1], ValueError), ([1.5], TypeError), ([[1, 2]], ValueError)]
+BAD_DRAFT = [
+    (30, None, ValueError),
+    (-1, None, ValueError),
+    (2**70, None, ValueError),
+    (1.5, None, TypeError),
+    (1, [1, 2], ValueError),  # shorter than breadth
+    (1, [1, 2, 30], ValueError),
+    (1, [1.0, 2.0, 3.0], TypeError),
+]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bad_input_changes_nothing(backend_name, method):
+    d = Drafter(method, vocab_size=30, capacity=12, breadth=3, backend=backend_name)
+    d.commit([1, 2, 3, 1, 2])
+    d.observe([1, 2, 3], [[2, 4, 5], [3, 6, 7], [1, 8, 9]])
+    before = d.draft(3, last_topk=[1, 2, 3])
+    rows = [d.table_row(v) for v in range(30)]
+    for token_ids, topk_ids, exc in BAD_OBSERVE:
+        with pytest.raises(exc):
+            d.observe(token_ids, topk_ids)
+    for token_ids, exc in BAD_COMMIT:
+        with pytest.raises(exc):
+            d.commit(token_ids)
+    for root, last_topk, exc in BAD_DRAFT:
+        with pytest.raises(exc):
+            d.draft(root, last_topk)
+    assert [d.table_row(v) for v in range(30)] == rows
+    assert d.num_committed == 5
+    same_tree(d.draft(3, last_topk=[1, 2, 3]), before)
+
+
+def test_error_messages_match_across_backends():
+    drafters = [Drafter("racer", vocab_size=30, breadth=3, backend=b) for b in ("rust", "python")]
+    for token_ids, topk_ids, exc in BAD_OBSERVE:
+        messages = []
+        for d in drafters:
+            with pytest.raises(exc) as info:
+                d.observe(token_ids, topk_ids)
+            messages.append(str(info.value))
+        assert messages[0] == messages[1]
+
+
+# --------------------------------------------------------------------------------------
+# The stubs describe the binary, and the twins offer the same API.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["CopyLogitTable", "Drafter"])
+def test_stub_matches_binary(name):
+    import ast
+    from pathlib import Path
+
+    import racer_ref._core as core
+    import racer_ref.reference as reference
+
+    stub_file = Path(racer_ref.__file__).with_name("_core.pyi")
+    tree = ast.parse(stub_file.read_text())
+    stub = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    stub_names = {n.name for n in stub.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+    binary_names = {n for n in dir(getattr(core, name)) if not n.startswith("_")}
+    assert stub_names == binary_names
+    twin = getattr(reference, name)(10, 2) if name == "CopyLogitTable" else reference.Drafter(vocab_size=10)
+    assert binary_names <= set(dir(twin))
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "build_draft_tree" in functions and callable(core.build_draft_tree)
