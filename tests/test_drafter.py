@@ -172,14 +172,16 @@ def simulate(method, backend, seed, steps=40, vocab=12, capacity=24, breadth=3, 
         path = row[row >= 0][: int(rng.integers(1, len(row[row >= 0]) + 1))]
         d.commit(tree.tokens[path])
         root = int(rng.integers(0, vocab)) if rng.random() < 0.5 else int(tree.tokens[path[-1]])
-    return trees
+    return trees, d.automaton_nodes, [d.table_row(v) for v in range(vocab)]
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_rust_equals_python_in_decoding_runs(method):
     for seed in range(20):
-        rust = simulate(method, "rust", seed)
-        python = simulate(method, "python", seed)
+        rust, rust_nodes, rust_rows = simulate(method, "rust", seed)
+        python, python_nodes, python_rows = simulate(method, "python", seed)
+        assert (rust_nodes, rust_rows) == (python_nodes, python_rows)
+        assert (rust_nodes > 0) == (method in ("racer", "retrieval"))
         assert len(rust) == len(python)
         for a, b in zip(rust, python):
             same_tree(a, b)

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 from racer_ref.reference.draft_tree import DraftTree
 
+_from_arrays = DraftTree.from_arrays
+
 #: Every method name, in documentation order.
 METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
 #: The two implementations.
@@ -100,6 +102,11 @@ class Drafter:
         """Tokens committed since construction or the last ``reset()``."""
         return int(self._impl.num_committed)
 
+    @property
+    def automaton_nodes(self) -> int:
+        """Trie nodes in the automaton (root excluded); 0 for methods without one."""
+        return int(self._impl.automaton_nodes)
+
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Update the copy-logit table (racer-spec.md step 8).
 
@@ -149,7 +156,7 @@ class Drafter:
             TypeError: a non-integer root or dtype.
         """
         tree = self._impl.draft(root, last_topk)
-        return DraftTree(*tree) if self._returns_tuple else tree
+        return _from_arrays(tree) if self._returns_tuple else tree
 
     def table_row(self, token: int) -> list[int]:
         """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""

@@ -64,7 +64,7 @@ pub enum Insert {
 
 /// A draft tree flattened breadth-first, root first (spec step 4): the arrays of
 /// `racer_ref.DraftTree`, ready to become numpy arrays without conversion.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlatTree {
     /// `(n,)` token ids, `tokens[0]` is the root.
     pub tokens: Vec<i64>,
@@ -116,6 +116,7 @@ pub struct TreeBuilder {
     pub(crate) queue: VecDeque<(u32, u32)>,
     order: Vec<u32>,
     new_index: Vec<u32>,
+    flat: FlatTree,
 }
 
 impl TreeBuilder {
@@ -251,7 +252,7 @@ impl TreeBuilder {
         retrieval_paths: &[P],
         table: Option<&CopyLogitTable>,
         root_topk: Option<&[u32]>,
-    ) -> Result<FlatTree> {
+    ) -> Result<&FlatTree> {
         // Validate everything first.
         check_capacity(capacity as i64)?;
         if let Some(tab) = table {
@@ -312,79 +313,78 @@ impl TreeBuilder {
     }
 
     /// Flatten breadth-first, root first, children in insertion order (spec step 4).
-    pub fn flatten(&mut self) -> FlatTree {
+    /// The arrays live in the builder and are overwritten by the next call, so a drafter
+    /// allocates nothing per step; clone the result to keep it.
+    pub fn flatten(&mut self) -> &FlatTree {
         let n = self.nodes.len();
+        let (nodes, order, new_index) = (&self.nodes, &mut self.order, &mut self.new_index);
         // BFS order over the arena.
-        self.order.clear();
-        self.order.push(0);
+        order.clear();
+        order.push(0);
         let mut head = 0;
-        while head < self.order.len() {
-            let mut c = self.nodes[self.order[head] as usize].first_child;
+        while head < order.len() {
+            let mut c = nodes[order[head] as usize].first_child;
             head += 1;
             while c != NONE {
-                self.order.push(c);
-                c = self.nodes[c as usize].next_sibling;
+                order.push(c);
+                c = nodes[c as usize].next_sibling;
             }
         }
-        self.new_index.clear();
-        self.new_index.resize(n, 0);
-        for (i, &u) in self.order.iter().enumerate() {
-            self.new_index[u as usize] = i as u32;
+        new_index.clear();
+        new_index.resize(n, 0);
+        for (i, &u) in order.iter().enumerate() {
+            new_index[u as usize] = i as u32;
         }
-        let mut tokens = Vec::with_capacity(n);
-        let mut parents = Vec::with_capacity(n);
-        let mut depths = Vec::with_capacity(n);
-        let mut sources = Vec::with_capacity(n);
+        let f = &mut self.flat;
+        f.tokens.clear();
+        f.parents.clear();
+        f.depths.clear();
+        f.sources.clear();
         let mut num_leaves = 0;
         let mut max_depth = 0;
-        for &u in &self.order {
-            let node = &self.nodes[u as usize];
-            tokens.push(node.token as i64);
-            parents.push(if node.parent == NONE {
+        for &u in order.iter() {
+            let node = &nodes[u as usize];
+            f.tokens.push(node.token as i64);
+            f.parents.push(if node.parent == NONE {
                 -1
             } else {
-                self.new_index[node.parent as usize] as i64
+                new_index[node.parent as usize] as i64
             });
-            depths.push(node.depth as i64);
-            sources.push(node.source);
+            f.depths.push(node.depth as i64);
+            f.sources.push(node.source);
             num_leaves += (node.first_child == NONE) as usize;
             max_depth = max_depth.max(node.depth as usize);
         }
         // Attention mask: row i = row parent(i) + i. Ancestors of i all precede its parent
         // p, so only the first p + 1 entries of row p need copying.
-        let mut attention_mask = vec![false; n * n];
+        f.attention_mask.clear();
+        f.attention_mask.resize(n * n, false);
         for i in 0..n {
             if i > 0 {
-                let p = parents[i] as usize;
-                attention_mask.copy_within(p * n..p * n + p + 1, i * n);
+                let p = f.parents[i] as usize;
+                f.attention_mask.copy_within(p * n..p * n + p + 1, i * n);
             }
-            attention_mask[i * n + i] = true;
+            f.attention_mask[i * n + i] = true;
         }
         // One row per leaf, leaves in BFS order, filled from the leaf up.
         let width = max_depth + 1;
-        let mut retrieve_indices = vec![-1i64; num_leaves * width];
+        f.retrieve_indices.clear();
+        f.retrieve_indices.resize(num_leaves * width, -1);
         let mut row = 0;
-        for (i, &u) in self.order.iter().enumerate() {
-            if self.nodes[u as usize].first_child != NONE {
+        for (i, &u) in order.iter().enumerate() {
+            if nodes[u as usize].first_child != NONE {
                 continue;
             }
             let mut j = i as i64;
-            for d in (0..=depths[i] as usize).rev() {
-                retrieve_indices[row * width + d] = j;
-                j = parents[j as usize];
+            for d in (0..=f.depths[i] as usize).rev() {
+                f.retrieve_indices[row * width + d] = j;
+                j = f.parents[j as usize];
             }
             row += 1;
         }
-        FlatTree {
-            tokens,
-            parents,
-            depths,
-            attention_mask,
-            retrieve_indices,
-            num_leaves,
-            width,
-            sources,
-        }
+        f.num_leaves = num_leaves;
+        f.width = width;
+        &self.flat
     }
 }
 
@@ -397,7 +397,9 @@ pub fn build_draft_tree<P: AsRef<[u32]>>(
     table: Option<&CopyLogitTable>,
     root_topk: Option<&[u32]>,
 ) -> Result<FlatTree> {
-    TreeBuilder::new().build(root, capacity, retrieval_paths, table, root_topk)
+    TreeBuilder::new()
+        .build(root, capacity, retrieval_paths, table, root_topk)
+        .cloned()
 }
 
 #[cfg(test)]

@@ -261,7 +261,7 @@ impl Drafter {
     /// required by `logits-last`, validated but unused by the other methods.
     /// Errors: root or an id outside `[0, vocab_size)`, `last_topk` too short or missing
     /// for `logits-last`.
-    pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<FlatTree> {
+    pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
         let k = self.breadth;

@@ -58,6 +58,9 @@ MAX_CAPACITY = 4096
 #: Token ids are 32-bit in the Rust core; without a vocabulary we only check this range.
 MAX_TOKEN_ID = 2**32 - 1
 
+#: DraftTree's fields, in order.
+_FIELDS = ("tokens", "parents", "depths", "attention_mask", "retrieve_indices", "sources")
+
 _SOURCE_NAMES = {SOURCE_ROOT: "root", SOURCE_RETRIEVAL: "retrieval",
                  SOURCE_LOGITS: "logits", SOURCE_BOTH: "both"}
 
@@ -90,6 +93,19 @@ class DraftTree:
     def __len__(self) -> int:
         """Number of nodes ``n`` (root included)."""
         return int(self.tokens.shape[0])
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> "DraftTree":
+        """Wrap six arrays given in field order (tokens, parents, depths, attention_mask,
+        retrieve_indices, sources), as the Rust core returns them.
+
+        Same result as ``DraftTree(*arrays)`` but about 5x faster (a frozen dataclass's
+        ``__init__`` sets each field through ``object.__setattr__``); this is the
+        drafting hot path, so it does no checks: call ``validate()`` for those.
+        """
+        tree = object.__new__(cls)
+        tree.__dict__.update(zip(_FIELDS, arrays))
+        return tree
 
     def validate(self, vocab_size: Optional[int] = None) -> None:
         """Check every structural invariant; raise ``ValueError`` naming the first broken one.

@@ -219,6 +219,11 @@ class Drafter:
         # "ar": the root alone, i.e. plain autoregressive decoding.
         return build_draft_tree(root, self.capacity)
 
+    @property
+    def automaton_nodes(self) -> int:
+        """Trie nodes in the automaton (root excluded); 0 for methods without one."""
+        return 0 if self.automaton is None else len(self.automaton)
+
     def table_row(self, token: int) -> list[int]:
         """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""
         return [] if self.table is None else self.table.row(token)

@@ -2,12 +2,12 @@
 //!
 //! Arguments arrive as numpy arrays (any integer dtype, any layout), lists or anything
 //! `numpy.asarray` understands; a C-contiguous int64 array is read in place, without a
-//! copy. A draft tree leaves as a tuple of six numpy arrays that own the Rust buffers
-//! (no copy either); `racer_ref.Drafter` wraps the tuple into a `DraftTree`.
+//! copy. A draft tree leaves as a tuple of six new numpy arrays; `racer_ref.Drafter`
+//! wraps the tuple into a `DraftTree`.
 
-use numpy::ndarray::Array2;
+use numpy::ndarray::ArrayView2;
 use numpy::{
-    IntoPyArray, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyArray1, ToPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
     PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
@@ -122,22 +122,24 @@ fn int_scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<i64> {
 }
 
 /// The six arrays of a `DraftTree`, in field order: tokens, parents, depths,
-/// attention_mask, retrieve_indices, sources. The arrays take over the Rust buffers.
-fn tree_to_py<'py>(py: Python<'py>, f: FlatTree) -> PyResult<Bound<'py, PyTuple>> {
+/// attention_mask, retrieve_indices, sources. Each is a fresh numpy array with the values
+/// copied in (for arrays this small one copy is cheaper than handing over a Rust buffer,
+/// and it lets the builder reuse its buffers).
+fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple>> {
     let n = f.len();
-    let mask = Array2::from_shape_vec((n, n), f.attention_mask)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let ri = Array2::from_shape_vec((f.num_leaves, f.width), f.retrieve_indices)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let shape_error = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
+    let mask = ArrayView2::from_shape((n, n), &f.attention_mask).map_err(shape_error)?;
+    let ri = ArrayView2::from_shape((f.num_leaves, f.width), &f.retrieve_indices)
+        .map_err(shape_error)?;
     PyTuple::new(
         py,
         [
-            PyArray1::from_vec(py, f.tokens).into_any(),
-            PyArray1::from_vec(py, f.parents).into_any(),
-            PyArray1::from_vec(py, f.depths).into_any(),
-            mask.into_pyarray(py).into_any(),
-            ri.into_pyarray(py).into_any(),
-            PyArray1::from_vec(py, f.sources).into_any(),
+            PyArray1::from_slice(py, &f.tokens).into_any(),
+            PyArray1::from_slice(py, &f.parents).into_any(),
+            PyArray1::from_slice(py, &f.depths).into_any(),
+            mask.to_pyarray(py).into_any(),
+            ri.to_pyarray(py).into_any(),
+            PyArray1::from_slice(py, &f.sources).into_any(),
         ],
     )
 }
@@ -277,7 +279,8 @@ fn build_draft_tree<'py>(
             .collect::<PyResult<_>>()?;
         topk = Some(ids);
     }
-    let flat = TreeBuilder::new().build(root, capacity, &paths, tab, topk.as_deref())?;
+    let mut builder = TreeBuilder::new();
+    let flat = builder.build(root, capacity, &paths, tab, topk.as_deref())?;
     tree_to_py(py, flat)
 }
 
@@ -355,6 +358,12 @@ impl PyDrafter {
     #[getter]
     fn num_committed(&self) -> usize {
         self.inner.num_committed()
+    }
+
+    /// Trie nodes in the drafter's automaton (root excluded); 0 without an automaton.
+    #[getter]
+    fn automaton_nodes(&self) -> usize {
+        self.inner.automaton().map_or(0, |a| a.len())
     }
 
     /// Copy-logit update: `token_ids` (n,) ints, `topk_ids` (n, k' >= breadth) ints.
