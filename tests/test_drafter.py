@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import racer_ref
 from racer_ref import Drafter, DraftTree
@@ -297,3 +299,49 @@ def test_stub_matches_binary(name):
     assert binary_names <= set(dir(twin))
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert "build_draft_tree" in functions and callable(core.build_draft_tree)
+
+
+# --------------------------------------------------------------------------------------
+# Differential test: arbitrary call sequences on tiny vocabularies (hypothesis).
+# --------------------------------------------------------------------------------------
+
+
+@st.composite
+def call_sequences(draw):
+    vocab = draw(st.integers(1, 6))
+    breadth = draw(st.integers(1, vocab))
+    ngram = draw(st.integers(2, 4))
+    config = dict(
+        method=draw(st.sampled_from(METHODS)), vocab_size=vocab, capacity=draw(st.integers(1, 12)),
+        breadth=breadth, ngram=ngram, max_nodes=draw(st.integers(ngram, 20)),
+    )
+    token = st.integers(0, vocab - 1)
+    row = st.lists(token, min_size=breadth, max_size=breadth + 1)
+    calls = draw(st.lists(st.one_of(
+        st.tuples(st.just("commit"), st.lists(token, max_size=8)),
+        st.tuples(st.just("observe"), st.lists(st.tuples(token, row), max_size=4)),
+        st.tuples(st.just("draft"), token, row),
+    ), max_size=15))
+    return config, calls
+
+
+@given(call_sequences())
+def test_backends_agree_on_any_call_sequence(case):
+    config, calls = case
+    drafters = [Drafter(**config, backend=b) for b in ("rust", "python")]
+    for call in calls:
+        if call[0] == "commit":
+            for d in drafters:
+                d.commit(np.array(call[1], dtype=np.int64))
+        elif call[0] == "observe":
+            width = min((len(r) for _, r in call[1]), default=config["breadth"])
+            tokens = np.array([t for t, _ in call[1]], dtype=np.int64)
+            topk = np.array([r[:width] for _, r in call[1]], dtype=np.int64).reshape(len(tokens), width)
+            for d in drafters:
+                d.observe(tokens, topk)
+        else:
+            trees = [d.draft(call[1], last_topk=call[2]) for d in drafters]
+            same_tree(*trees)
+            trees[1].validate(config["vocab_size"])
+    assert drafters[0].num_committed == drafters[1].num_committed
+    assert drafters[0].automaton_nodes == drafters[1].automaton_nodes

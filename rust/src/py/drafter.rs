@@ -419,7 +419,7 @@ impl PyDrafter {
     fn __repr__(&self) -> String {
         let c = self.inner.config();
         format!(
-            "Drafter(method={:?}, vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={})",
+            "Drafter(method='{}', vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={})",
             c.method.name(),
             c.vocab_size,
             c.capacity,
