@@ -36,6 +36,12 @@ class Drafter:
       of the last n-gram of (committed tokens + root), n = 3 down to 1, up to 10 tokens;
     * ``"ar"``: the root only (plain autoregressive decoding).
 
+    ``DraftTree.sources`` marks automaton and PLD nodes as retrieval, copy-logit nodes
+    (``logits``, ``logits-last``) as logits, and nodes proposed by both trees of ``racer``
+    as both. Node order: breadth-first, each node's children in insertion order (retrieval
+    paths in the automaton's order, then logits children by rank), identical on both
+    backends.
+
     Args:
         method: one of ``METHODS``.
         vocab_size: the target model's vocabulary size (token ids in ``[0, vocab_size)``).

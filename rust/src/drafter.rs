@@ -278,10 +278,11 @@ impl Drafter {
         let no_paths: &[&[u32]] = &[];
         match self.config.method {
             Method::Racer | Method::Retrieval => {
+                // Always Some for these methods (see `new`); an error rather than a panic.
                 let automaton = self
                     .automaton
                     .as_mut()
-                    .expect("racer/retrieval own an automaton");
+                    .ok_or_else(|| Error::value("method", "this drafter has no automaton"))?;
                 let paths = automaton.retrieve(root, capacity)?;
                 self.builder
                     .build(root, capacity, &paths, self.table.as_ref(), None)
