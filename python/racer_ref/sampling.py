@@ -1,0 +1,50 @@
+"""The target distribution for sampled decoding: temperature, then top-p (nucleus).
+
+We reuse transformers' own logits warpers so that "plain sampling from the target" means
+exactly what ``model.generate(do_sample=True, temperature=..., top_p=..., top_k=0)`` means.
+The lossless acceptance rule that consumes these distributions is
+:func:`racer_ref.verify.accept_sampling` (racer-spec.md, "Sampling").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+
+def check_sampling_arguments(temperature: float, top_p: float) -> None:
+    """Raise ``ValueError`` unless ``temperature >= 0`` (0 = greedy) and ``0 < top_p <= 1``."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: expected a finite number >= 0 (0 means greedy), got {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")
+
+
+def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Turn logits into the distribution that sampling draws from.
+
+    Args:
+        logits: ``(n, vocab)`` raw logits of any float dtype.
+        temperature: > 0; the logits are divided by it.
+        top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p``
+            (1.0 keeps everything).
+
+    Returns:
+        ``(n, vocab)`` float32 probabilities; each row sums to 1.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature: expected > 0 for sampling, got {temperature!r}")
+    scores = logits.float()  # (n, vocab)
+    if temperature != 1.0:
+        scores = TemperatureLogitsWarper(float(temperature))(None, scores)  # (n, vocab)
+    if top_p < 1.0:
+        scores = TopPLogitsWarper(float(top_p))(None, scores)  # (n, vocab), -inf outside the nucleus
+    return torch.softmax(scores, dim=-1)  # (n, vocab)
+
+
+def sample(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> int:
+    """Draw one token id from a ``(vocab,)`` distribution with a CPU ``generator``."""
+    return int(torch.multinomial(probs.float().cpu(), 1, generator=generator))

@@ -1,0 +1,231 @@
+"""The verification loop: one forward pass over a draft tree, keep what the target agrees with.
+
+This is racer-spec.md steps 5 (verify), 6 (accept) and 7 (commit, the KV-cache half), plus
+the lossless acceptance rule of its "Sampling" section. It knows drafters only through the
+flat arrays of a :class:`~racer_ref.reference.draft_tree.DraftTree`. Read it top to bottom.
+
+The picture for one step, with L tokens already in the KV cache and a 6-node draft tree::
+
+    committed tokens:  t0 t1 ... t(L-1) | root            (root = last prediction, not cached)
+    draft tree:        node 0 = root                       BFS order, root first
+                        |-- 1 "the" --- 3 "cat" --- 5 "sat"
+                        `-- 2 "a"   --- 4 "dog"
+    position ids:      L + depth       = [L, L+1, L+1, L+2, L+2, L+3]
+    attention:         every node sees the whole cached prefix and itself and its ancestors;
+                       node 5 sees 0, 1, 3, 5 but not its cousins 2 and 4.
+
+One forward pass gives a row of logits per node. Row u is the target's prediction for the
+token after node u *on u's own path*, so walking the tree from the root and following the
+child the target predicts finds the longest draft path the target agrees with (step 6).
+The last accepted node's prediction becomes the next root, for free.
+
+Everything here works on batch size 1 and a transformers ``DynamicCache`` whose layers hold
+``keys`` / ``values`` tensors of shape (1, heads, seq, head_dim).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import List, Optional, Tuple
+
+import torch
+
+from racer_ref.reference.draft_tree import DraftTree
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """Name of the forward argument that takes the KV cache.
+
+    transformers 5 renamed ``past_key_values`` to ``cache``; we pass whichever the model's
+    ``forward`` declares, so the same loop runs on both.
+    """
+    return _cache_keyword(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_class: type) -> str:
+    # Reading a signature takes a fraction of a millisecond: do it once per model class.
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def forward_prompt(model: torch.nn.Module, cache, prompt_ids: torch.Tensor) -> torch.Tensor:
+    """Prefill: run the prompt through the target with an empty cache (spec step 1).
+
+    Args:
+        prompt_ids: ``(L,)`` int64 token ids on the model's device.
+
+    Returns:
+        ``(L, vocab)`` logits; row i predicts the token after ``prompt_ids[i]``. Afterwards
+        the cache holds all L prompt tokens.
+    """
+    # A plain causal pass: transformers builds the usual triangular mask itself.
+    out = model(input_ids=prompt_ids[None], use_cache=True, **{cache_keyword(model): cache})  # logits (1, L, vocab)
+    return out.logits[0]  # (L, vocab)
+
+
+def tree_attention_bias(tree_mask: torch.Tensor, past_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """The 4-D additive attention mask of one verify pass (spec step 4, "tree attention mask").
+
+    transformers hands a 4-D mask to the attention kernels untouched. Both eager attention
+    (``scores + mask``) and SDPA (a float ``attn_mask`` is added to the scores) read it as an
+    additive bias: 0 where a query may look, the dtype's most negative value where it may not.
+
+    Args:
+        tree_mask: ``(n, n)`` bool, ``[i, j]`` True iff j is i or an ancestor of i.
+        past_length: L, the number of tokens in the KV cache.
+        dtype: the model's floating dtype (the bias is added to scores of that dtype).
+
+    Returns:
+        ``(1, 1, n, L + n)`` tensor of ``dtype`` on ``tree_mask``'s device.
+    """
+    n = tree_mask.shape[0]
+    # Start with "everything visible": the cached prefix columns stay 0 for every node.
+    bias = torch.zeros(n, past_length + n, dtype=dtype, device=tree_mask.device)  # (n, L + n)
+    # Inside the tree, hide every node that is not the query itself or one of its ancestors.
+    bias[:, past_length:].masked_fill_(~tree_mask, torch.finfo(dtype).min)  # (n, n) block of (n, L + n)
+    return bias[None, None]  # (1, 1, n, L + n)
+
+
+def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor:
+    """Verify: one forward pass of the target over all n draft-tree nodes (spec step 5).
+
+    The n new keys/values are appended to the cache in BFS order, after the L cached ones;
+    :func:`keep_accepted` later keeps only the accepted path.
+
+    Returns:
+        ``(n, vocab)`` logits; row u predicts the token after node u on u's own path.
+    """
+    device = model.device
+    past_length = cache.get_seq_length()  # L
+    tokens = torch.as_tensor(tree.tokens, device=device)  # (n,) int64
+    depths = torch.as_tensor(tree.depths, device=device)  # (n,) int64
+    tree_mask = torch.as_tensor(tree.attention_mask, device=device)  # (n, n) bool
+    # A node at depth d sits d tokens after the root, and the root comes right after the cache.
+    position_ids = (past_length + depths)[None]  # (1, n)
+    bias = tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
+    out = model(
+        input_ids=tokens[None],  # (1, n)
+        attention_mask=bias,  # (1, 1, n, L + n)
+        position_ids=position_ids,  # (1, n)
+        use_cache=True,
+        **{cache_keyword(model): cache},
+    )  # logits (1, n, vocab)
+    return out.logits[0]  # (n, vocab)
+
+
+def children_of(tree: DraftTree) -> List[List[int]]:
+    """``children[u]``: node indices whose parent is u, in BFS (= draft priority) order."""
+    children: List[List[int]] = [[] for _ in range(len(tree))]
+    for node, parent in enumerate(tree.parents.tolist()):
+        if parent >= 0:
+            children[parent].append(node)
+    return children
+
+
+def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> Tuple[List[int], int]:
+    """Greedy acceptance by walking the tree (spec step 6).
+
+    At node u the target's choice is ``argmax(logits[u])``; if u has a child with that token
+    we accept the child and continue from it, otherwise we stop. A trie has at most one child
+    per token, so the walk is unique and finds the longest path the target agrees with.
+
+    Args:
+        logits: ``(n, vocab)`` from :func:`forward_tree`.
+
+    Returns:
+        ``(accepted, next_root)``: the accepted node indices root first (``accepted[0] == 0``,
+        accepted length ``a = len(accepted) - 1``) and the token the last accepted node
+        predicts, which is the next step's root.
+    """
+    # One device->host copy for the whole tree: n small ints.
+    predicted = logits.argmax(dim=-1).tolist()  # (n,) as a list of ints
+    tokens = tree.tokens.tolist()
+    children = children_of(tree)
+    accepted = [0]
+    node = 0
+    while True:
+        # The child of `node` carrying the predicted token, if the drafter proposed it.
+        match = [c for c in children[node] if tokens[c] == predicted[node]]
+        if not match:
+            return accepted, predicted[node]
+        node = match[0]
+        accepted.append(node)
+
+
+def accept_sampling(
+    probs: torch.Tensor, tree: DraftTree, generator: Optional[torch.Generator] = None
+) -> Tuple[List[int], int]:
+    """Lossless acceptance for deterministic multi-drafts (spec "Sampling").
+
+    At node u with target distribution p, try the distinct children in BFS order. Child c is
+    accepted with probability ``p(c) / mass``, where mass is what p has left after the
+    children already rejected at u. If c is rejected its probability is set to 0 (mass drops
+    by p(c)) and the next child is tried. If every child is rejected, the next root is
+    sampled from p restricted to the tokens never rejected. Child i is emitted with
+    probability ``p(c_i)`` exactly (the rejections before it leave mass ``1 - sum_{j<i} p(c_j)``),
+    and any other token x with probability ``(1 - sum_j p(c_j)) * p(x) / (1 - sum_j p(c_j))
+    = p(x)``: the output has the target's distribution, whatever the drafts are.
+
+    Args:
+        probs: ``(n, vocab)`` float target distributions (after temperature / top-p), one
+            row per node; each row sums to 1.
+        generator: a CPU ``torch.Generator`` for the uniform draws and the final sample.
+
+    Returns:
+        ``(accepted, next_root)`` as in :func:`accept_greedy`.
+    """
+    parents = torch.as_tensor(tree.parents[1:], device=probs.device)  # (n-1,)
+    child_tokens = torch.as_tensor(tree.tokens[1:], device=probs.device)  # (n-1,)
+    # p_parent(child token) for every non-root node, gathered on the device, copied once.
+    p_draft = [0.0] + probs[parents, child_tokens].tolist()  # (n,) as a list; [0] unused
+    tokens = tree.tokens.tolist()
+    children = children_of(tree)
+    accepted = [0]
+    node = 0
+    while True:
+        mass = 1.0  # probability not yet rejected at this node
+        rejected: List[int] = []  # tokens whose probability is now 0
+        for child in children[node]:
+            # Accept with probability p(c) / mass (uniform draw in [0, 1) from the generator).
+            if torch.rand((), generator=generator).item() * mass < p_draft[child]:
+                break
+            mass = max(mass - p_draft[child], 0.0)
+            rejected.append(tokens[child])
+        else:
+            # No child accepted: sample the next root from what is left of p at `node`.
+            residual = probs[node].to(device="cpu", dtype=torch.float32, copy=True)  # (vocab,), never an alias of probs
+            residual[rejected] = 0.0
+            if residual.sum() <= 0:  # only by rounding: all mass sat on rejected children
+                return accepted, rejected[-1]
+            return accepted, int(torch.multinomial(residual, 1, generator=generator))
+        node = child
+        accepted.append(node)
+
+
+def keep_accepted(cache, past_length: int, accepted: List[int]) -> None:
+    """Keep the accepted path's KV entries, in consecutive slots, and drop the rest (step 7).
+
+    After :func:`forward_tree` every layer holds L prefix entries followed by the n tree
+    nodes in BFS order. The accepted nodes are generally not contiguous (node 0, then maybe
+    2, 5, 11), so we gather them into slots L, L+1, ... and cut the cache after them::
+
+        before:  [ prefix (L) | 0 1 2 3 4 5 6 ... n-1 ]      accepted = [0, 2, 5]
+        after:   [ prefix (L) | 0 2 5 ]
+
+    Args:
+        cache: a ``DynamicCache`` that has just gone through :func:`forward_tree`.
+        past_length: L, the cache length before that forward pass.
+        accepted: node indices of the accepted path, root first.
+    """
+    device = cache.layers[0].keys.device
+    # Slots of the accepted nodes in the cache, in path order.
+    slots = torch.tensor(accepted, device=device) + past_length  # (a + 1,)
+    end = past_length + len(accepted)
+    for layer in cache.layers:
+        # Gather first (advanced indexing copies), then write into the consecutive slots.
+        layer.keys[:, :, past_length:end] = layer.keys[:, :, slots]  # (1, heads, a + 1, head_dim)
+        layer.values[:, :, past_length:end] = layer.values[:, :, slots]  # (1, heads, a + 1, head_dim)
+        # Drop the rejected nodes: the cache now ends with the accepted path.
+        layer.keys = layer.keys[:, :, :end]  # (1, heads, L + a + 1, head_dim)
+        layer.values = layer.values[:, :, :end]  # (1, heads, L + a + 1, head_dim)

@@ -1,0 +1,53 @@
+"""generate() on the real default model (SmolLM2-135M-Instruct, fp32, CPU): equal to greedy.
+
+Kept short (two prompts, 24 new tokens) so that it runs in the normal suite; what breaks when
+the tree mask or the KV-cache gather is wrong is shown on tiny models in test_generate.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import TextIteratorStreamer
+
+from racer_ref.generate import generate
+from racer_ref.models import load_default_model
+
+NEW = 24
+PASSAGE = ("The old lighthouse keeper climbed the spiral stairs every evening, lit the great lamp, "
+           "and watched the ships pass safely through the narrow channel below.")
+PROMPTS = {
+    "open": "The capital of France is",
+    "verbatim": f"Repeat the text exactly.\nText: {PASSAGE}\nRepeat: {PASSAGE}\nRepeat:",
+}
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    model, tokenizer = load_default_model()
+    yield model, tokenizer
+    torch.set_num_threads(before)
+
+
+def greedy(model, tokenizer, prompt):
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
+    return out[0, ids.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_default_model_racer_equals_greedy(default_model, name):
+    model, tokenizer = default_model
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    result = generate(model, tokenizer, PROMPTS[name], max_new_tokens=NEW, streamer=streamer)
+    expected = greedy(model, tokenizer, PROMPTS[name])
+    assert result.token_ids == expected
+    assert result.text == tokenizer.decode(expected, skip_special_tokens=True)
+    assert "".join(streamer) == result.text  # a transformers streamer works as with model.generate
+    if name == "verbatim":
+        # the repeated passage is drafted by retrieval and accepted in long blocks
+        assert result.mean_accepted_tokens >= 4.0
+        assert PASSAGE.startswith(result.text.strip())
