@@ -171,12 +171,15 @@ impl Drafter {
     /// parameter errors (`ngram`, `max_nodes`, `min_border_depth`) for methods that use it.
     /// Every parameter is checked, whether or not the method uses it.
     pub fn new(config: DrafterConfig) -> Result<Self> {
-        // The table checks vocab_size and breadth; validate it for every method (cheap:
-        // the allocation is lazy), keep it only if the method uses it.
-        let table = CopyLogitTable::new(config.vocab_size, config.breadth)?;
+        // Every parameter is checked for every method; the table is built only if used.
+        let (vocab_size, breadth) =
+            CopyLogitTable::check_params(config.vocab_size, config.breadth)?;
         let capacity = check_capacity(config.capacity)?;
-        let (vocab_size, breadth) = (table.vocab_size(), table.k());
-        let table = config.method.uses_table().then_some(table);
+        let table = if config.method.uses_table() {
+            Some(CopyLogitTable::new(config.vocab_size, config.breadth)?)
+        } else {
+            None
+        };
         let automaton = Automaton::new(config.max_nodes, config.ngram, config.min_border_depth)?;
         let automaton = config.method.uses_automaton().then_some(automaton);
         Ok(Drafter {
