@@ -1,0 +1,631 @@
+"""The benchmark harness behind ``racer-ref bench``: every method on every prompt, side by side.
+
+For each prompt (after a warm-up on the first one) we run every method, in an order that
+rotates from prompt to prompt (so no method always runs first, right after another one
+heated the caches), check each greedy output against ``ar`` token for token, and append one
+line per (prompt, method) to ``results.jsonl``. At the end :func:`summarize` writes
+``summary.md`` and three PNG plots.
+
+Methods:
+
+=============  =============================================================================
+``ar``         our loop with root-only trees (plain greedy decoding, the speedup baseline)
+``hf-greedy``  ``model.generate(do_sample=False)``
+``hf-pld``     ``model.generate(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)``
+``pld``        our loop, prompt lookup drafter (one chain of up to 10 tokens)
+``logits``     copy-logit tree only (Token Recycling style)
+``logits-last`` last-logit tree (LogitSpec-style ablation)
+``retrieval``  retrieval tree only (Aho-Corasick automaton)
+``racer``      retrieval tree + copy-logit tree (RACER)
+=============  =============================================================================
+
+Definitions (racer-spec.md, "Terms"): a **step** is one target forward pass after the
+prefill (for ``hf-*`` the forward calls counted by a hook); **MAT** is the mean of ``a + 1``
+over all steps of all prompts; **speedup** of a method over a baseline is token-weighted:
+``(sum wall_s / sum new_tokens)`` of the baseline divided by the same for the method, over
+the prompts both ran. ``wall_s`` is the wall time of one call from token ids to output ids
+(prefill included, model loading and tokenization excluded). Drafter state is per request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from racer_ref.baselines import HF_METHODS, hf_generate
+from racer_ref.datasets import Prompt, encode_prompt, iter_categories
+
+#: Every method ``racer-ref bench`` runs, in the order tables list them.
+METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
+#: Methods whose drafter builds trees, so that ``capacity`` (and ``auto``) applies.
+TREE_METHODS = ("racer", "retrieval", "logits", "logits-last")
+
+
+def parse_methods(text: Union[str, Sequence[str]]) -> List[str]:
+    """``"ar,racer"`` or ``"all"`` -> a list of method names, duplicates removed, order kept.
+
+    Raises:
+        ValueError: an unknown name or an empty list.
+    """
+    names = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
+    if names == ["all"]:
+        return list(METHODS)
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise ValueError(f"methods: expected a comma-separated list from {', '.join(METHODS)} "
+                         f"(or 'all'), got {text!r}")
+    return list(dict.fromkeys(names))
+
+
+def parse_capacity(text: Union[str, int]) -> Union[int, str]:
+    """``"64"`` -> 64, ``"auto"`` -> ``"auto"``.
+
+    Raises:
+        ValueError: not ``auto`` and not an integer in ``[1, 4096]``.
+    """
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"capacity: expected an integer in [1, 4096] or 'auto', got {text!r}") from None
+    if not 1 <= value <= 4096:
+        raise ValueError(f"capacity: expected an integer in [1, 4096] or 'auto', got {text!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- one call
+
+
+@dataclass
+class RunOutput:
+    """One method on one prompt: the result object plus what the harness measured."""
+
+    result: Any  # GenerationResult or BaselineResult
+    wall_s: float
+    capacity: Union[int, str, None]
+    capacity_used: Optional[Dict[int, int]] = None
+
+
+class MethodRunner:
+    """Runs any method of :data:`METHODS` on token ids with fixed settings.
+
+    Args:
+        model, tokenizer: the target model and its tokenizer.
+        max_new_tokens: new tokens per prompt (>= 1).
+        capacity: tree capacity for :data:`TREE_METHODS`, or ``"auto"``
+            (:mod:`racer_ref.capacity`; one controller per method, shared across prompts so
+            that acceptance seen earlier informs later choices).
+        temperature: 0 = greedy.
+        eos_token_id: stop token(s) (default: the model's generation config).
+        backend: drafter backend, ``"rust"`` or ``"python"``.
+        max_auto_capacity: largest capacity ``auto`` may pick.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 128,
+                 capacity: Union[int, str] = 64, temperature: float = 0.0,
+                 eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = 64,
+                 breadth: int = 8) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.capacity = parse_capacity(capacity) if isinstance(capacity, str) else int(capacity)
+        self.temperature = temperature
+        self.eos_token_id = eos_token_id
+        self.backend = backend
+        self.max_auto_capacity = max_auto_capacity
+        self.breadth = breadth
+        self.controllers: Dict[str, Any] = {}
+
+    def _sync(self) -> None:
+        if getattr(self.model.device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.model.device)
+
+    def controller(self, method: str) -> Any:
+        """The ``auto`` capacity controller of ``method`` (profiles the model on first use)."""
+        if method not in self.controllers:
+            from racer_ref.capacity import auto_controller
+
+            self.controllers[method] = auto_controller(self.model, max_capacity=self.max_auto_capacity)
+        return self.controllers[method]
+
+    def run(self, method: str, prompt_ids: Sequence[int], max_new_tokens: Optional[int] = None,
+            seed: Optional[int] = None, drafter_wrapper: Optional[Callable[[Any], Any]] = None,
+            callback: Optional[Callable[[List[int]], None]] = None) -> RunOutput:
+        """Generate for one prompt and time it.
+
+        Args:
+            method: one of :data:`METHODS`.
+            prompt_ids: token ids (chat template already applied).
+            max_new_tokens: override the runner's setting.
+            seed: sampling seed (ignored when greedy).
+            drafter_wrapper: wraps the drafter (e.g. ``trace.StepRecorder``) for our methods.
+            callback: receives committed token blocks (our methods only).
+
+        Raises:
+            ValueError: unknown method.
+        """
+        import torch
+
+        if method not in METHODS:
+            raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if method in HF_METHODS:
+            if self.temperature != 0:
+                raise ValueError(f"method {method}: the hf-* baselines are greedy only (temperature 0)")
+            self._sync()
+            tic = time.perf_counter()
+            result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
+            self._sync()
+            return RunOutput(result, time.perf_counter() - tic, None)
+
+        from racer_ref.generate import generate
+
+        capacity: Union[int, str, None] = self.capacity if method in TREE_METHODS else None
+        drafter = None
+        vocab = int(self.model.config.get_text_config().vocab_size
+                    if hasattr(self.model.config, "get_text_config") else self.model.config.vocab_size)
+        if method != "ar":
+            from racer_ref.drafter import Drafter
+
+            if capacity == "auto":
+                from racer_ref.capacity import AdaptiveDrafter
+
+                ctrl = self.controller(method)
+                inner = Drafter(method=method, vocab_size=vocab, capacity=max(ctrl.candidates),
+                                breadth=self.breadth, backend=self.backend)
+                drafter = AdaptiveDrafter(inner, ctrl)
+            elif drafter_wrapper is not None:
+                drafter = Drafter(method=method, vocab_size=vocab,
+                                  capacity=int(capacity) if capacity is not None else 64,
+                                  breadth=self.breadth, backend=self.backend)
+        if drafter_wrapper is not None and drafter is not None:
+            drafter = drafter_wrapper(drafter)
+        gen_seed = seed if self.temperature > 0 else None
+        self._sync()
+        tic = time.perf_counter()
+        result = generate(
+            self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, method=method,
+            capacity=int(capacity) if isinstance(capacity, int) else 64, breadth=self.breadth,
+            backend=self.backend, temperature=self.temperature, eos_token_id=self.eos_token_id,
+            drafter=drafter, seed=gen_seed, callback=callback,
+        )
+        self._sync()
+        wall = time.perf_counter() - tic
+        if hasattr(drafter, "finalize"):
+            drafter.finalize(result)
+        used = None
+        if capacity == "auto" and drafter is not None:
+            steps = getattr(drafter, "steps", None) or getattr(getattr(drafter, "inner", None), "steps", [])
+            used = {}
+            for step in steps:
+                if step.capacity is not None:
+                    used[step.capacity] = used.get(step.capacity, 0) + 1
+            used = dict(sorted(used.items()))
+        return RunOutput(result, wall, capacity, used)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def method_order(methods: Sequence[str], index: int) -> List[str]:
+    """Methods for prompt ``index``: the list rotated by ``index`` places."""
+    k = index % len(methods)
+    return list(methods[k:]) + list(methods[:k])
+
+
+def first_mismatch(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
+    """Index of the first position where ``a`` and ``b`` differ (a length difference counts),
+    or None when equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _mat(result: Any) -> Optional[float]:
+    acc = list(result.accepted_lengths)
+    return float(np.mean(acc) + 1.0) if acc else None
+
+
+def run_bench(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    methods: Sequence[str],
+    out_dir: Union[str, Path],
+    max_new_tokens: int = 128,
+    capacity: Union[int, str] = 64,
+    temperature: float = 0.0,
+    seed: int = 0,
+    warmup: bool = True,
+    progress: bool = True,
+    eos_token_id: Any = None,
+    backend: str = "rust",
+    meta: Optional[Dict[str, Any]] = None,
+    plots: bool = True,
+) -> List[Dict[str, Any]]:
+    """Run every method on every prompt and write ``results.jsonl``, ``meta.json``,
+    ``summary.md`` and the plots into ``out_dir``.
+
+    Args:
+        model, tokenizer: the target model (batch size 1) and its tokenizer.
+        prompts: from :mod:`racer_ref.datasets`.
+        methods: names from :data:`METHODS`; ``ar`` should be among them for ``matches_ar``
+            and the speedup over ``ar``.
+        out_dir: created if missing; ``results.jsonl`` is overwritten.
+        max_new_tokens: new tokens per prompt (>= 1).
+        capacity: an int in ``[1, 4096]`` or ``"auto"``.
+        temperature: 0 = greedy (``matches_ar`` is only checked then).
+        seed: sampling seed base (prompt i uses ``seed + i``).
+        warmup: first run every method once on the first prompt (16 tokens), unrecorded.
+        progress: show a progress bar (tqdm, on stderr).
+        eos_token_id: stop token(s) (default: the model's generation config).
+        backend: drafter backend.
+        meta: extra fields for ``meta.json`` / the summary header.
+        plots: write the PNG plots.
+
+    Returns:
+        the rows written to ``results.jsonl``.
+
+    Raises:
+        ValueError: no prompts, bad methods, capacity or ``max_new_tokens``.
+    """
+    methods = parse_methods(methods)
+    capacity = parse_capacity(capacity) if isinstance(capacity, str) else parse_capacity(str(capacity))
+    if not prompts:
+        raise ValueError("prompts: no prompts selected")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
+    if temperature and any(m in HF_METHODS for m in methods):
+        raise ValueError("methods: hf-greedy and hf-pld are greedy only; drop them or use temperature 0")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
+                          temperature=temperature, eos_token_id=eos_token_id, backend=backend)
+    encoded = [encode_prompt(tokenizer, p.text, p.chat) for p in prompts]
+    info = run_metadata(model, max_new_tokens=max_new_tokens, capacity=capacity,
+                        temperature=temperature, seed=seed, methods=methods, n_prompts=len(prompts),
+                        backend=backend)
+    info.update(meta or {})
+    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+
+    from tqdm.auto import tqdm
+
+    total = len(prompts) * len(methods) + (len(methods) if warmup else 0)
+    bar = tqdm(total=total, desc="bench", unit="run", disable=not progress, dynamic_ncols=True)
+    if warmup:
+        for method in methods:
+            bar.set_postfix_str(f"warm-up {method}")
+            runner.run(method, encoded[0], max_new_tokens=min(16, max_new_tokens), seed=seed)
+            bar.update(1)
+    rows: List[Dict[str, Any]] = []
+    with open(out / "results.jsonl", "w") as f:
+        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+            outputs: Dict[str, RunOutput] = {}
+            for method in method_order(methods, i):
+                bar.set_postfix_str(f"{prompt.prompt_id} {method}")
+                outputs[method] = runner.run(method, ids, seed=seed + i)
+                bar.update(1)
+            ar_ids = outputs["ar"].result.token_ids if "ar" in outputs and temperature == 0 else None
+            for method in methods:
+                o = outputs[method]
+                r = o.result
+                mismatch = first_mismatch(r.token_ids, ar_ids) if ar_ids is not None else None
+                new = len(r.token_ids)
+                row = {
+                    "method": method,
+                    "prompt_id": prompt.prompt_id,
+                    "category": prompt.category,
+                    "prompt_tokens": len(ids),
+                    "new_tokens": new,
+                    "steps": int(r.steps),
+                    "wall_s": round(o.wall_s, 6),
+                    "tokens_per_s": round(new / o.wall_s, 4) if o.wall_s > 0 else None,
+                    "mean_accepted_tokens": _mat(r),
+                    "accepted_lengths": [int(a) for a in r.accepted_lengths],
+                    "matches_ar": (mismatch is None) if ar_ids is not None else None,
+                    "first_mismatch": mismatch,
+                    "capacity": o.capacity,
+                    "capacity_used": {str(k): v for k, v in o.capacity_used.items()} if o.capacity_used else None,
+                    "stop_reason": getattr(r, "stop_reason", None),
+                    "timings": {k: round(float(v), 6) for k, v in (r.timings or {}).items()},
+                    "text": r.text,
+                }
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+            f.flush()
+    bar.close()
+    if runner.controllers:
+        info["capacity_auto"] = {m: c.report() for m, c in runner.controllers.items()}
+        info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
+        (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+    summarize(out, plots=plots)
+    return rows
+
+
+def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
+    """Environment and settings recorded next to the results (``meta.json``)."""
+    import torch
+    import transformers
+
+    name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    device = str(model.device)
+    if model.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(model.device)})"
+    info = {
+        "model": Path(str(name)).name or str(name),
+        "model_class": type(model).__name__,
+        "device": device,
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "torch_threads": torch.get_num_threads(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "drafter_state": "per request",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    info.update(fields)
+    return info
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def read_results(out_dir: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Rows of ``out_dir/results.jsonl``."""
+    with open(Path(out_dir) / "results.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Aggregate:
+    """Totals of one method over a set of rows."""
+
+    prompts: int
+    new_tokens: int
+    steps: int
+    tokens_in_steps: int  # sum of a + 1 over steps
+    wall_s: float
+    matches: int
+    checked: int
+
+    @property
+    def mat(self) -> float:
+        return self.tokens_in_steps / self.steps if self.steps else math.nan
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else math.nan
+
+    @property
+    def s_per_token(self) -> float:
+        return self.wall_s / self.new_tokens if self.new_tokens else math.nan
+
+
+def aggregate(rows: Iterable[Dict[str, Any]]) -> Aggregate:
+    """Sum a set of rows (of one method)."""
+    rows = list(rows)
+    return Aggregate(
+        prompts=len(rows),
+        new_tokens=sum(r["new_tokens"] for r in rows),
+        steps=sum(r["steps"] for r in rows),
+        tokens_in_steps=sum(sum(r["accepted_lengths"]) + len(r["accepted_lengths"]) for r in rows),
+        wall_s=sum(r["wall_s"] for r in rows),
+        matches=sum(1 for r in rows if r.get("matches_ar") is True),
+        checked=sum(1 for r in rows if r.get("matches_ar") is not None),
+    )
+
+
+def speedup(rows: Sequence[Dict[str, Any]], method: str, baseline: str,
+            category: Optional[str] = None) -> float:
+    """Token-weighted speedup of ``method`` over ``baseline`` on the prompts both ran
+    (optionally one category): ``(W_b / N_b) / (W_m / N_m)``. NaN if either is missing."""
+    def pick(m: str) -> Dict[str, Dict[str, Any]]:
+        return {r["prompt_id"]: r for r in rows
+                if r["method"] == m and (category is None or r["category"] == category)}
+
+    a, b = pick(method), pick(baseline)
+    common = [p for p in a if p in b]
+    if not common:
+        return math.nan
+    ma, mb = aggregate(a[p] for p in common), aggregate(b[p] for p in common)
+    if not (ma.new_tokens and mb.new_tokens and ma.wall_s > 0):
+        return math.nan
+    return mb.s_per_token / ma.s_per_token
+
+
+def _fmt(x: float, digits: int = 2, suffix: str = "") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}{suffix}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[str]] = None) -> str:
+    """The Markdown tables of :func:`summarize` (overall, MAT per category, speedups per
+    category), without the header."""
+    present = list(dict.fromkeys(r["method"] for r in rows))
+    methods = [m for m in (methods or METHODS) if m in present] + [m for m in present if m not in (methods or METHODS)]
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    parts = []
+    overall = []
+    for m in methods:
+        agg = aggregate(r for r in rows if r["method"] == m)
+        overall.append([
+            f"`{m}`", str(agg.prompts), str(agg.new_tokens), str(agg.steps), _fmt(agg.mat),
+            _fmt(agg.tokens_per_s, 1), _fmt(speedup(rows, m, "ar"), 2, "x"),
+            _fmt(speedup(rows, m, "hf-greedy"), 2, "x"),
+            f"{agg.matches}/{agg.checked}" if agg.checked else "n/a",
+        ])
+    parts.append("### Overall\n\n" + _table(
+        ["method", "prompts", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
+         "speedup vs hf-greedy", "matches ar"], overall))
+    if len(categories) > 1 or categories:
+        mat_rows, sp_rows, sph_rows = [], [], []
+        for c in categories + ["**overall**"]:
+            sub = rows if c == "**overall**" else [r for r in rows if r["category"] == c]
+            cat = None if c == "**overall**" else c
+            mat_rows.append([c] + [_fmt(aggregate(r for r in sub if r["method"] == m).mat) for m in methods])
+            sp_rows.append([c] + [_fmt(speedup(rows, m, "ar", cat), 2, "x") for m in methods])
+            sph_rows.append([c] + [_fmt(speedup(rows, m, "hf-greedy", cat), 2, "x") for m in methods])
+        head = ["category"] + [f"`{m}`" for m in methods]
+        parts.append("### MAT per category\n\n" + _table(head, mat_rows))
+        if "ar" in methods:
+            parts.append("### Speedup over `ar` per category (token-weighted)\n\n" + _table(head, sp_rows))
+        if "hf-greedy" in methods:
+            parts.append("### Speedup over `hf-greedy` per category (token-weighted)\n\n"
+                         + _table(head, sph_rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
+    """(Re)write ``summary.md`` (and the PNG plots) from ``results.jsonl`` and ``meta.json``.
+
+    Returns:
+        the Markdown text.
+
+    Raises:
+        FileNotFoundError: no ``results.jsonl`` in ``out_dir``.
+    """
+    out = Path(out_dir)
+    rows = read_results(out)
+    meta: Dict[str, Any] = {}
+    if (out / "meta.json").is_file():
+        meta = json.loads((out / "meta.json").read_text())
+    methods = meta.get("methods")
+    lines = ["# racer-ref benchmark", ""]
+    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "cpu", "source",
+            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "torch",
+            "transformers", "date"]
+    for k in keys:
+        if k in meta and meta[k] is not None:
+            lines.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; runs: {len(rows)}")
+    lines.append("- MAT = mean tokens per step (a + 1) over all steps; speedup = token-weighted "
+                 "ratio of seconds per new token; warm-up run first, method order rotated per prompt")
+    for m, text in (meta.get("capacity_auto_text") or {}).items():
+        lines.append(f"- `{m}` {text}")
+    text = "\n".join(lines) + "\n\n" + summary_tables(rows, methods)
+    mismatches = [r for r in rows if r.get("matches_ar") is False]
+    if mismatches:
+        text += ("\n### Outputs that differ from `ar`\n\n" + "\n".join(
+            f"- `{r['method']}` on {r['prompt_id']}: first difference at new token {r['first_mismatch']}"
+            for r in mismatches) + "\n")
+    if plots:
+        names = write_plots(rows, out, methods)
+        text += "\n### Plots\n\n" + "\n".join(f"![{n}]({n})" for n in names) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
+                methods: Optional[Sequence[str]] = None) -> List[str]:
+    """``mat_per_category.png``, ``speedup.png``, ``accepted_lengths.png`` (matplotlib, Agg).
+
+    Returns:
+        the file names written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    present = list(dict.fromkeys(r["method"] for r in rows))
+    methods = [m for m in (methods or METHODS) if m in present]
+    categories = list(dict.fromkeys(r["category"] for r in rows)) + ["overall"]
+    colors = plt.get_cmap("tab10")
+    written = []
+
+    # 1. MAT per category and method (grouped bars).
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(categories) * max(1, len(methods)) / 3), 4))
+    width = 0.8 / max(1, len(methods))
+    x = np.arange(len(categories))
+    for j, m in enumerate(methods):
+        vals = [aggregate(r for r in rows if r["method"] == m and (c == "overall" or r["category"] == c)).mat
+                for c in categories]
+        ax.bar(x + (j - (len(methods) - 1) / 2) * width, vals, width, label=m, color=colors(j % 10))
+    ax.set_xticks(x)
+    ax.set_xticklabels(categories, rotation=30, ha="right")
+    ax.set_ylabel("MAT (tokens per step)")
+    ax.axhline(1.0, color="#888888", lw=0.8)
+    ax.legend(fontsize=7, ncol=min(4, len(methods)))
+    ax.set_title("Mean accepted tokens per step")
+    fig.tight_layout()
+    fig.savefig(out / "mat_per_category.png", dpi=120)
+    plt.close(fig)
+    written.append("mat_per_category.png")
+
+    # 2. Speedup per method over ar and over hf-greedy.
+    baselines = [b for b in ("ar", "hf-greedy") if b in methods]
+    if baselines:
+        fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(methods)), 3.6))
+        width = 0.8 / len(baselines)
+        x = np.arange(len(methods))
+        for j, b in enumerate(baselines):
+            vals = [speedup(rows, m, b) for m in methods]
+            bars = ax.bar(x + (j - (len(baselines) - 1) / 2) * width, vals, width, label=f"over {b}",
+                          color=["#4c72b0", "#dd8452"][j])
+            for rect, v in zip(bars, vals):
+                if not math.isnan(v):
+                    ax.text(rect.get_x() + rect.get_width() / 2, rect.get_height(), f"{v:.2f}",
+                            ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="#888888", lw=0.8)
+        ax.set_xticks(x)
+        ax.set_xticklabels(methods, rotation=20, ha="right")
+        ax.set_ylabel("speedup (token-weighted)")
+        ax.legend(fontsize=8)
+        ax.set_title("Wall-clock speedup")
+        fig.tight_layout()
+        fig.savefig(out / "speedup.png", dpi=120)
+        plt.close(fig)
+        written.append("speedup.png")
+
+    # 3. Histogram of tokens per step (a + 1) per method.
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    longest = max([max(r["accepted_lengths"], default=0) for r in rows] + [0]) + 1
+    bins = np.arange(1, longest + 2)
+    shown = [m for m in methods if m not in ("ar", "hf-greedy")] or methods
+    width = 0.8 / max(1, len(shown))
+    for j, m in enumerate(shown):
+        lengths = [a + 1 for r in rows if r["method"] == m for a in r["accepted_lengths"]]
+        if not lengths:
+            continue
+        counts, _ = np.histogram(lengths, bins=bins)
+        ax.bar(bins[:-1] + (j - (len(shown) - 1) / 2) * width, counts / counts.sum(), width,
+               label=m, color=colors(methods.index(m) % 10))
+    ax.set_xlabel("tokens per step (a + 1)")
+    ax.set_ylabel("fraction of steps")
+    ax.legend(fontsize=7, ncol=min(4, len(shown)))
+    ax.set_title("Accepted lengths")
+    fig.tight_layout()
+    fig.savefig(out / "accepted_lengths.png", dpi=120)
+    plt.close(fig)
+    written.append("accepted_lengths.png")
+    return written

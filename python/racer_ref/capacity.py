@@ -1,0 +1,365 @@
+"""``--capacity auto``: choose the draft-tree capacity that gives the most tokens per second.
+
+This goes beyond the paper, which fixes the capacity at C = 64 (tuned for a 7B model on a
+GPU, where a verify pass over 64 tokens costs about as much as over 1). On a CPU, or for a
+small model, the cost of a verify pass grows with the number of tree nodes, and the best
+capacity is a trade-off:
+
+    tokens/s (C)  =  E[a + 1 | C]  /  T(C)
+
+with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus token) and
+``T(C)`` the wall time of one step. We estimate both:
+
+* ``T(C)``: :func:`profile_forward` times the target's verify pass over trees of several
+  sizes on this device (once per model, device and dtype); while generating, a scale factor
+  follows the measured step times (it absorbs drafting, acceptance and machine load).
+* ``E[a + 1 | C]``: the drafter always drafts at the largest candidate capacity (drafting
+  costs microseconds), and :class:`AdaptiveDrafter` verifies only the first C nodes of that
+  tree in a fixed priority order (root, retrieval nodes, then logits nodes, each
+  breadth-first; every prefix of that order is a valid tree). Because a smaller capacity
+  keeps a prefix of the same order, one verified step tells us exactly how many tokens every
+  smaller capacity would have accepted. Larger capacities are extrapolated and explored: every
+  ``explore_every`` steps one step uses the next larger candidate.
+
+Estimates are exponential moving averages, so the choice keeps adapting while generating.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_RETRIEVAL, DraftTree
+from racer_ref.trace import DrafterWrapper, TraceStep, subtree
+
+#: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).
+DEFAULT_CANDIDATES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+# Profiles already measured in this process: (model id, device, dtype, sizes) -> seconds.
+_PROFILES: Dict[Tuple[Any, ...], Dict[int, float]] = {}
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def priority_order(tree: DraftTree) -> np.ndarray:
+    """Node indices in the order :class:`AdaptiveDrafter` keeps them: root, then retrieval
+    (and both) nodes, then logits nodes, each group breadth-first; a node never comes before
+    its parent (enforced, whatever the sources say).
+
+    Returns:
+        ``(n,)`` int64 permutation of ``range(n)``.
+    """
+    n = len(tree)
+    src = tree.sources
+    group = np.where((src == SOURCE_RETRIEVAL) | (src == SOURCE_BOTH), 1, 2)  # (n,)
+    group[0] = 0
+    # A node cannot be kept before its parent: its effective rank is the max over its path.
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.lexsort((np.arange(n), group))] = np.arange(n)
+    eff = rank.copy()
+    parents = tree.parents
+    for node in range(1, n):  # parents precede children in BFS order
+        eff[node] = max(eff[node], eff[parents[node]])
+    return np.lexsort((rank, tree.depths, eff)).astype(np.int64)
+
+
+def truncate_tree(tree: DraftTree, capacity: int, order: Optional[np.ndarray] = None) -> DraftTree:
+    """The first ``capacity`` nodes of ``tree`` in :func:`priority_order`, as a draft tree in
+    breadth-first order (the kept set is prefix-closed, so it is a valid tree).
+
+    Raises:
+        ValueError: ``capacity`` < 1.
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity: expected an int >= 1, got {capacity}")
+    if capacity >= len(tree):
+        return tree
+    order = priority_order(tree) if order is None else order
+    return subtree(tree, order[:capacity])
+
+
+def tokens_if_truncated(tree: DraftTree, accepted: Sequence[int],
+                        capacities: Sequence[int]) -> Dict[int, int]:
+    """Tokens per step (``a + 1``) each capacity would have given on this step.
+
+    Args:
+        tree: the verified tree (already truncated to the capacity used).
+        accepted: its accepted node indices, root first.
+        capacities: capacities to evaluate; only those <= ``len(tree)`` are exact and
+            returned.
+
+    Returns:
+        ``{capacity: a + 1}``: the accepted path cut at its first node outside the first
+        ``capacity`` nodes of :func:`priority_order`.
+    """
+    order = priority_order(tree)
+    position = np.empty(len(tree), dtype=np.int64)
+    position[order] = np.arange(len(tree))
+    # A capacity C keeps the path up to (not including) the first node at position >= C.
+    need = np.maximum.accumulate(position[list(accepted)]) if len(accepted) else np.array([0])
+    out = {}
+    for c in capacities:
+        if c <= len(tree):
+            out[int(c)] = int(np.searchsorted(need, c, side="left"))
+    return out
+
+
+# ----------------------------------------------------------------------------- profiling
+
+
+def chain_tree(n: int, vocab_size: int, seed: int = 0) -> DraftTree:
+    """A chain of ``n`` random tokens as a draft tree (the cost of a verify pass depends on
+    the node count, not on the shape)."""
+    rng = np.random.default_rng(seed)
+    return DraftTree(
+        tokens=rng.integers(0, vocab_size, n).astype(np.int64),
+        parents=np.arange(-1, n - 1, dtype=np.int64),
+        depths=np.arange(n, dtype=np.int64),
+        attention_mask=np.tril(np.ones((n, n), dtype=bool)),
+        retrieve_indices=np.arange(n, dtype=np.int64)[None],
+        sources=np.r_[0, np.full(n - 1, SOURCE_RETRIEVAL)].astype(np.uint8),
+    )
+
+
+def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefix_length: int = 256,
+                    repeats: int = 3, use_cache: bool = True) -> Dict[int, float]:
+    """Median seconds of one verify pass over ``n`` tree tokens, for each ``n`` in ``sizes``,
+    after ``prefix_length`` cached tokens, on the model's device and dtype (includes the
+    top-k and argmax over the logits that every step does).
+
+    Args:
+        model: the target model.
+        sizes: tree sizes (>= 1).
+        prefix_length: tokens in the KV cache (>= 1; clipped to the context length).
+        repeats: timed passes per size (>= 1); one untimed warm-up pass runs first.
+        use_cache: reuse a profile measured earlier in this process.
+
+    Returns:
+        ``{n: seconds}``.
+
+    Raises:
+        ValueError: a size < 1, ``repeats`` < 1 or ``prefix_length`` < 1.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    from racer_ref.verify import forward_prompt, forward_tree
+
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes: expected integers >= 1, got {sizes}")
+    if repeats < 1 or prefix_length < 1:
+        raise ValueError("repeats and prefix_length: expected integers >= 1")
+    key = (id(model), str(model.device), str(model.dtype), tuple(sizes), prefix_length, repeats)
+    if use_cache and key in _PROFILES:
+        return dict(_PROFILES[key])
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    vocab = int(config.vocab_size)
+    max_len = getattr(config, "max_position_embeddings", None) or 10**9
+    prefix_length = max(1, min(prefix_length, max_len - max(sizes) - 1))
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    rng = np.random.default_rng(0)
+    out: Dict[int, float] = {}
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
+        forward_prompt(model, cache, prompt)
+        _pass(model, cache, chain_tree(sizes[0], vocab), prefix_length, 8)  # warm-up
+        for n in sizes:
+            tree = chain_tree(n, vocab, seed=n)
+            _pass(model, cache, tree, prefix_length, 8)
+            times = []
+            for _ in range(repeats):
+                sync()
+                tic = time.perf_counter()
+                _pass(model, cache, tree, prefix_length, 8)
+                sync()
+                times.append(time.perf_counter() - tic)
+            out[n] = statistics.median(times)
+    _PROFILES[key] = dict(out)
+    return out
+
+
+def _pass(model: Any, cache: Any, tree: DraftTree, prefix_length: int, k: int) -> None:
+    from racer_ref.verify import forward_tree
+
+    logits = forward_tree(model, cache, tree)  # (n, vocab)
+    logits.topk(k, dim=-1).indices.cpu()
+    logits.argmax(dim=-1).tolist()
+    for layer in cache.layers:  # drop the tree again: back to the prefix only
+        layer.keys = layer.keys[:, :, :prefix_length]
+        layer.values = layer.values[:, :, :prefix_length]
+
+
+# ----------------------------------------------------------------------------- controller
+
+
+def prior_tokens_per_step(capacity: int, slope: float = 0.3) -> float:
+    """Our prior guess of ``E[a + 1 | C]`` before any step is seen: ``1 + slope * log2 C``
+    (about 2.8 at C = 64, in line with the paper's MAT on Spec-Bench)."""
+    return 1.0 + slope * math.log2(max(1, capacity))
+
+
+class CapacityController:
+    """Picks a capacity per step from measured costs and acceptance seen so far.
+
+    Args:
+        forward_seconds: ``{capacity: seconds per verify pass}`` (:func:`profile_forward`).
+        decay: weight of the past in the moving averages, in ``[0, 1)``.
+        explore_every: every this many steps, try the next larger candidate once (0: never).
+        start: the first capacity (default: the best by the prior).
+
+    Raises:
+        ValueError: empty ``forward_seconds``, a capacity < 1, or ``decay`` out of range.
+    """
+
+    def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.9,
+                 explore_every: int = 8, start: Optional[int] = None) -> None:
+        if not forward_seconds or min(forward_seconds) < 1:
+            raise ValueError("forward_seconds: expected {capacity >= 1: seconds}, non-empty")
+        if not 0 <= decay < 1:
+            raise ValueError(f"decay: expected a float in [0, 1), got {decay}")
+        self.candidates = sorted(int(c) for c in forward_seconds)
+        self.forward_seconds = {int(c): float(s) for c, s in forward_seconds.items()}
+        self.decay = decay
+        self.explore_every = explore_every
+        self.tokens: Dict[int, float] = {}  # EMA of a + 1 per capacity
+        self.scale = 1.0  # measured step time / profiled forward time (EMA)
+        self.steps = 0
+        self.used: List[int] = []
+        self.choice = start if start is not None else self._best()
+        self.explored = 0
+        self._timed = False
+
+    # -- estimates ---------------------------------------------------------------------------
+    def expected_tokens(self, capacity: int) -> float:
+        """``E[a + 1 | C]``: measured, or extrapolated from the largest measured smaller
+        capacity with the prior's shape, or the prior."""
+        if capacity in self.tokens:
+            return self.tokens[capacity]
+        seen = [c for c in self.tokens if c < capacity]
+        if not seen:
+            return prior_tokens_per_step(capacity)
+        base = max(seen)
+        return self.tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
+
+    def step_seconds(self, capacity: int) -> float:
+        """``T(C)``: the profiled verify pass times the measured scale."""
+        return self.forward_seconds[capacity] * self.scale
+
+    def tokens_per_second(self, capacity: int) -> float:
+        return self.expected_tokens(capacity) / self.step_seconds(capacity)
+
+    def _best(self) -> int:
+        return max(self.candidates, key=lambda c: (self.tokens_per_second(c), -c))
+
+    # -- the loop ------------------------------------------------------------------------------
+    def next_capacity(self) -> int:
+        """The capacity to verify at in the next step."""
+        self.steps += 1
+        capacity = self.choice
+        if self.explore_every and self.steps % self.explore_every == 0:
+            larger = [c for c in self.candidates if c > self.choice]
+            if larger:
+                capacity = larger[0]
+                self.explored += 1
+        self.used.append(capacity)
+        return capacity
+
+    def update_tokens(self, observed: Dict[int, int]) -> None:
+        """Fold in one step's ``{capacity: a + 1}`` (:func:`tokens_if_truncated`)."""
+        for c, v in observed.items():
+            if c in self.forward_seconds:
+                old = self.tokens.get(c)
+                self.tokens[c] = float(v) if old is None else self.decay * old + (1 - self.decay) * v
+        self.choice = self._best()
+
+    def update_time(self, capacity: int, seconds: float) -> None:
+        """Fold in one step's measured wall time at ``capacity`` nodes."""
+        ref = self.forward_seconds.get(capacity)
+        if ref is None or ref <= 0 or seconds <= 0:
+            return
+        ratio = seconds / ref
+        if not self._timed:
+            self.scale, self._timed = ratio, True
+        else:
+            self.scale = self.decay * self.scale + (1 - self.decay) * ratio
+        self.choice = self._best()
+
+    def report(self) -> Dict[str, Any]:
+        """What was chosen and why: the final choice, capacities used (count per capacity),
+        steps explored, and per candidate the forward ms, E[a + 1] and expected tokens/s."""
+        return {
+            "choice": self.choice,
+            "used": dict(sorted(Counter(self.used).items())),
+            "explored_steps": self.explored,
+            "forward_ms": {c: round(s * 1e3, 2) for c, s in self.forward_seconds.items()},
+            "expected_tokens": {c: round(self.expected_tokens(c), 3) for c in self.candidates},
+            "expected_tokens_per_s": {c: round(self.tokens_per_second(c), 2) for c in self.candidates},
+            "time_scale": round(self.scale, 3),
+        }
+
+    def describe(self) -> str:
+        """One human line about the choice."""
+        used = Counter(self.used)
+        total = max(1, sum(used.values()))
+        common = ", ".join(f"{c} ({100 * k / total:.0f}%)" for c, k in used.most_common(3))
+        return (f"capacity auto: chose C={self.choice} (expected {self.expected_tokens(self.choice):.2f} "
+                f"tokens/step, {self.tokens_per_second(self.choice):.1f} tokens/s); used {common} "
+                f"of {total} steps; forward ms by C: "
+                + " ".join(f"{c}:{s * 1e3:.0f}" for c, s in self.forward_seconds.items()))
+
+
+class AdaptiveDrafter(DrafterWrapper):
+    """Wraps a drafter built at the largest candidate capacity and verifies, each step, the
+    first C nodes chosen by a :class:`CapacityController` (see the module docstring).
+
+    Args:
+        inner: a drafter (``racer_ref.Drafter``) whose capacity is at least the largest
+            candidate that should be reachable.
+        controller: the shared controller (it may outlive this request: acceptance seen in
+            earlier requests keeps informing the choice).
+    """
+
+    def __init__(self, inner: Any, controller: CapacityController) -> None:
+        super().__init__(inner)
+        self.controller = controller
+
+    def _draft(self, root: int, last_topk: Any) -> tuple:
+        full = self.inner.draft(root, last_topk=last_topk)
+        capacity = self.controller.next_capacity()
+        return truncate_tree(full, capacity), capacity
+
+    def _on_step(self, step: TraceStep) -> None:
+        if not step.accepted:
+            return
+        observed = tokens_if_truncated(step.tree, step.accepted, self.controller.candidates)
+        if len(step.tree) < (step.capacity or 0):
+            # The drafter had nothing more to offer: every larger capacity gives the same.
+            a1 = len(step.accepted)
+            observed.update({c: a1 for c in self.controller.candidates if c >= len(step.tree)})
+        self.controller.update_tokens(observed)
+
+    def _on_timed(self, step: TraceStep) -> None:
+        if step.capacity is not None and step.seconds is not None:
+            self.controller.update_time(step.capacity, step.seconds)
+
+
+def auto_controller(model: Any, max_capacity: int = 64, candidates: Sequence[int] = DEFAULT_CANDIDATES,
+                    prefix_length: int = 256, repeats: int = 3) -> CapacityController:
+    """Profile this model on its device (cached per process) and build a controller over the
+    candidates up to ``max_capacity``.
+
+    Raises:
+        ValueError: ``max_capacity`` < 1.
+    """
+    if max_capacity < 1:
+        raise ValueError(f"max_capacity: expected an int >= 1, got {max_capacity}")
+    sizes = [c for c in candidates if c <= max_capacity] or [max_capacity]
+    return CapacityController(profile_forward(model, sizes, prefix_length=prefix_length, repeats=repeats))

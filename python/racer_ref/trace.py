@@ -1,0 +1,486 @@
+"""What happened at each decoding step: draft trees, their sources and the accepted path.
+
+:class:`StepRecorder` wraps a drafter (anything with ``observe`` / ``commit`` / ``draft``, such
+as ``racer_ref.Drafter``) and records, for every verify step, the draft tree it returned and
+which of its nodes the target accepted. It needs no hook in the verification loop:
+``generate()`` commits ``root + accepted drafts`` to the drafter after each step
+(racer-spec.md step 9), so walking the last tree with those tokens finds the accepted path.
+
+Renderers:
+
+* :func:`render_step` / :func:`print_trace`: a terminal view (rich). Single-child chains are
+  drawn on one line, so a deep retrieval path reads like text::
+
+      step 3 · 64 nodes (retrieval 21 · logits 40 · both 2) · accepted 4
+      ' the' ✓
+      ├── ' cat' ✓ → ' sat' ✓ → ' on' ✓ → ' the' ✓ → ' mat'      retrieval
+      ├── ' dog' → ' ran'                                           logits
+      ...
+
+  Colours: root bold, retrieval cyan, logits yellow, both magenta; accepted nodes green
+  with a check mark.
+* :func:`save_trace`: the same view as HTML (``.html``, through rich's recorder), or one
+  step drawn as a picture (``.png`` / ``.svg`` / ``.pdf``, matplotlib).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from racer_ref.reference.draft_tree import (
+    SOURCE_BOTH,
+    SOURCE_LOGITS,
+    SOURCE_RETRIEVAL,
+    SOURCE_ROOT,
+    DraftTree,
+)
+
+#: Name and rich style of each ``sources`` value.
+SOURCE_STYLE = {
+    SOURCE_ROOT: ("root", "bold"),
+    SOURCE_RETRIEVAL: ("retrieval", "cyan"),
+    SOURCE_LOGITS: ("logits", "yellow"),
+    SOURCE_BOTH: ("both", "magenta"),
+}
+#: Matplotlib colours for the same sources (picture output).
+SOURCE_COLOR = {SOURCE_ROOT: "#dddddd", SOURCE_RETRIEVAL: "#8fd3f4", SOURCE_LOGITS: "#f6e08a",
+                SOURCE_BOTH: "#e3a6f0"}
+
+
+@dataclass
+class TraceStep:
+    """One verify step.
+
+    Attributes:
+        step: 0-based step index within the request.
+        tree: the draft tree fed to the target (after any truncation by the wrapper).
+        accepted: accepted node indices, root first (``accepted[0] == 0``); accepted length
+            ``a = len(accepted) - 1``.
+        committed: the tokens committed by this step (root + accepted drafts).
+        capacity: the capacity asked for (None when the wrapper does not choose it).
+        seconds: wall time from this step's ``draft`` call to the next one (None for the
+            last step).
+    """
+
+    step: int
+    tree: DraftTree
+    accepted: List[int] = field(default_factory=list)
+    committed: List[int] = field(default_factory=list)
+    capacity: Optional[int] = None
+    seconds: Optional[float] = None
+
+
+def accepted_path(tree: DraftTree, committed: Sequence[int]) -> List[int]:
+    """Node indices of ``tree`` spelling ``committed`` from the root, as far as they match.
+
+    Args:
+        tree: a draft tree.
+        committed: tokens, ``committed[0]`` expected to be the root.
+
+    Returns:
+        ``[0, u1, u2, ...]`` (``[]`` if ``committed`` does not start with the root).
+    """
+    tokens = tree.tokens.tolist()
+    if not len(committed) or int(committed[0]) != tokens[0]:
+        return []
+    children: Dict[int, Dict[int, int]] = {}
+    for node, parent in enumerate(tree.parents.tolist()):
+        if parent >= 0:
+            children.setdefault(parent, {})[tokens[node]] = node
+    path, node = [0], 0
+    for token in committed[1:]:
+        node = children.get(node, {}).get(int(token), -1)
+        if node < 0:
+            break
+        path.append(node)
+    return path
+
+
+def subtree(tree: DraftTree, keep: Sequence[int]) -> DraftTree:
+    """The draft tree made of the nodes ``keep`` of ``tree`` (a prefix-closed set), in
+    breadth-first order, with its mask, ``retrieve_indices`` and sources rebuilt.
+
+    Raises:
+        ValueError: ``keep`` is empty, lacks the root, or holds a node without its parent.
+    """
+    old = np.unique(np.asarray(keep, dtype=np.int64))  # (m,) kept nodes in BFS order
+    if len(old) == 0 or old[0] != 0:
+        raise ValueError("keep: must contain the root (node 0)")
+    n = len(tree)
+    new_index = np.full(n, -1, dtype=np.int64)
+    new_index[old] = np.arange(len(old))
+    old_parents = tree.parents[old]
+    parents = np.where(old_parents >= 0, new_index[np.maximum(old_parents, 0)], -1)  # (m,)
+    if (parents[1:] < 0).any():
+        raise ValueError("keep: every kept node needs its parent kept too")
+    has_child = np.zeros(len(old), dtype=bool)
+    has_child[parents[parents >= 0]] = True
+    paths = []
+    for leaf in np.flatnonzero(~has_child):
+        path = [int(leaf)]
+        while parents[path[-1]] >= 0:
+            path.append(int(parents[path[-1]]))
+        paths.append(path[::-1])
+    retrieve = np.full((len(paths), max(len(p) for p in paths)), -1, dtype=np.int64)
+    for row, path in enumerate(paths):
+        retrieve[row, : len(path)] = path
+    return DraftTree(
+        tokens=tree.tokens[old],
+        parents=parents.astype(np.int64),
+        depths=tree.depths[old],
+        attention_mask=tree.attention_mask[np.ix_(old, old)],
+        retrieve_indices=retrieve,
+        sources=tree.sources[old],
+    )
+
+
+class DrafterWrapper:
+    """A drafter that forwards to ``inner`` and sees every step; subclasses add behaviour.
+
+    The verification loop calls ``draft(root)`` once per step, then ``commit`` with the
+    tokens the step committed: ``root + accepted drafts`` while generation goes on, and
+    after the last step ``root + accepted drafts + next root`` (cut at EOS / stop string).
+    So a step's accepted path is known for sure at the next ``draft`` call; for the last
+    step, call :meth:`finalize` with the ``GenerationResult`` (``MethodRunner`` does). Attributes
+    the wrapper lacks (``method``, ``capacity``...) come from ``inner``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.steps: List[TraceStep] = []
+        self._pending: Optional[TraceStep] = None  # drafted, not yet committed
+        self._awaiting: Optional[TraceStep] = None  # committed, accepted path not yet known
+        self._t_draft = 0.0
+
+    # -- the drafter interface -------------------------------------------------------------
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        self.inner.observe(token_ids, topk_ids)
+
+    def commit(self, token_ids: Any) -> None:
+        if self._pending is not None:
+            self._pending.committed = [int(t) for t in np.asarray(token_ids).reshape(-1).tolist()]
+            self._awaiting, self._pending = self._pending, None
+        self.inner.commit(token_ids)
+
+    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
+        now = time.perf_counter()
+        if self._awaiting is not None:  # a regular commit: exactly root + accepted drafts
+            self._resolve(self._awaiting, None)
+        if self.steps and self.steps[-1].seconds is None:
+            self.steps[-1].seconds = now - self._t_draft
+            self._on_timed(self.steps[-1])
+        self._t_draft = now
+        tree, capacity = self._draft(root, last_topk)
+        self._pending = TraceStep(step=len(self.steps), tree=tree, capacity=capacity)
+        self.steps.append(self._pending)
+        return tree
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.steps = []
+        self._pending = self._awaiting = None
+
+    def finalize(self, result: Any) -> None:
+        """Align the recorded steps with ``result`` (a ``GenerationResult``) after a call:
+        resolve the last step with its accepted length, and cut each recorded tree to the
+        nodes actually verified (``result.tree_sizes``: the loop clips trees in depth near
+        ``max_new_tokens``, which keeps a breadth-first prefix)."""
+        lengths = list(getattr(result, "accepted_lengths", []))
+        if self._awaiting is not None:
+            self._resolve(self._awaiting, lengths[-1] if lengths else None)
+            self._awaiting = None
+        for step, size in zip(self.steps[-len(lengths):] if lengths else [], getattr(result, "tree_sizes", [])):
+            if len(step.tree) > size:
+                step.tree = subtree(step.tree, range(size))
+
+    def _resolve(self, step: TraceStep, accepted_length: Optional[int]) -> None:
+        block = step.committed if accepted_length is None else step.committed[: accepted_length + 1]
+        step.accepted = accepted_path(step.tree, block)
+        self._on_step(step)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not found on the wrapper itself.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _draft(self, root: int, last_topk: Any) -> tuple:
+        """Return ``(tree, capacity asked for or None)``."""
+        return self.inner.draft(root, last_topk=last_topk), None
+
+    def _on_step(self, step: TraceStep) -> None:
+        """Called once the step's accepted path is known."""
+
+    def _on_timed(self, step: TraceStep) -> None:
+        """Called once the step's wall time is known (at the next ``draft``)."""
+
+
+class StepRecorder(DrafterWrapper):
+    """Records every step (tree + accepted path) of the drafter it wraps; see :class:`TraceStep`.
+
+    Example::
+
+        rec = StepRecorder(racer_ref.Drafter("racer", vocab_size=V))
+        result = racer_ref.generate(model, tok, ids, drafter=rec)
+        rec.finalize(result)
+        print_trace(rec.steps, tok)
+    """
+
+
+# ----------------------------------------------------------------------------- terminal
+
+
+def token_label(tokenizer: Any, token: int) -> str:
+    """A token as a short quoted string (``repr`` of its text; ``#id`` without a tokenizer)."""
+    if tokenizer is None:
+        return f"#{token}"
+    text = tokenizer.decode([int(token)])
+    return repr(text) if text else f"#{token}"
+
+
+def _children(tree: DraftTree) -> List[List[int]]:
+    kids: List[List[int]] = [[] for _ in range(len(tree))]
+    for node, parent in enumerate(tree.parents.tolist()):
+        if parent >= 0:
+            kids[parent].append(node)
+    return kids
+
+
+def source_counts(tree: DraftTree) -> Dict[str, int]:
+    """Nodes per source name (root excluded)."""
+    counts = {name: 0 for code, (name, _) in SOURCE_STYLE.items() if code != SOURCE_ROOT}
+    for code in tree.sources[1:].tolist():
+        counts[SOURCE_STYLE[int(code)][0]] += 1
+    return counts
+
+
+def step_header(step: TraceStep) -> str:
+    """One line: step, nodes per source, accepted length."""
+    counts = " · ".join(f"{k} {v}" for k, v in source_counts(step.tree).items() if v)
+    a = max(0, len(step.accepted) - 1)
+    extra = f" · capacity {step.capacity}" if step.capacity is not None else ""
+    ms = f" · {step.seconds * 1e3:.0f} ms" if step.seconds is not None else ""
+    return (f"step {step.step} · {len(step.tree)} nodes" + (f" ({counts})" if counts else "")
+            + f" · accepted {a}{extra}{ms}")
+
+
+def render_step(step: TraceStep, tokenizer: Any = None, max_nodes: Optional[int] = None) -> Any:
+    """A ``rich.tree.Tree`` of one step; chains of single children share a line.
+
+    Args:
+        step: the recorded step.
+        tokenizer: to show token text (ids otherwise).
+        max_nodes: draw at most this many nodes (accepted ones always), then ``… n more``.
+
+    Returns:
+        a ``rich.tree.Tree`` (print it with a rich ``Console``).
+    """
+    from rich.text import Text
+    from rich.tree import Tree
+
+    tree = step.tree
+    kids = _children(tree)
+    on_path = set(step.accepted)
+    tokens = tree.tokens.tolist()
+    sources = tree.sources.tolist()
+    budget = [max_nodes if max_nodes is not None else len(tree)]
+    hidden = [0]
+
+    def label(node: int) -> Any:
+        name, style = SOURCE_STYLE[int(sources[node])]
+        text = Text(token_label(tokenizer, tokens[node]), style=style)
+        if node in on_path:
+            text.stylize("bold green")
+            text.append(" ✓", style="bold green")
+        return text
+
+    def chain_text(node: int) -> tuple:
+        """Label of ``node`` and of its single-child descendants; returns (text, last node)."""
+        text = label(node)
+        budget[0] -= 1
+        while len(kids[node]) == 1 and (budget[0] > 0 or kids[node][0] in on_path):
+            node = kids[node][0]
+            text.append(" → ", style="dim")
+            text.append_text(label(node))
+            budget[0] -= 1
+        name = SOURCE_STYLE[int(sources[node])][0]
+        if node != 0:
+            text.append(f"   {name}", style="dim")
+        return text, node
+
+    root_text = label(0)
+    root_text.append(f"   {step_header(step)}", style="dim")
+    out = Tree(root_text, guide_style="dim")
+
+    def grow(branch: Any, node: int) -> None:
+        # Accepted child first, so the accepted path reads straight down.
+        order = sorted(kids[node], key=lambda c: c not in on_path)
+        for child in order:
+            if budget[0] <= 0 and child not in on_path:
+                hidden[0] += _subtree_size(kids, child)
+                continue
+            text, last = chain_text(child)
+            sub = branch.add(text)
+            grow(sub, last)
+
+    grow(out, 0)
+    if hidden[0]:
+        out.add(Text(f"… {hidden[0]} more nodes", style="dim"))
+    return out
+
+
+def _subtree_size(kids: List[List[int]], node: int) -> int:
+    size, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        size += 1
+        stack.extend(kids[n])
+    return size
+
+
+def legend() -> Any:
+    """A one-line colour legend."""
+    from rich.text import Text
+
+    text = Text("sources: ")
+    for code in (SOURCE_RETRIEVAL, SOURCE_LOGITS, SOURCE_BOTH):
+        name, style = SOURCE_STYLE[code]
+        text.append(name, style=style)
+        text.append("  ")
+    text.append("accepted ✓", style="bold green")
+    return text
+
+
+def print_trace(steps: Sequence[TraceStep], tokenizer: Any = None, console: Any = None,
+                max_nodes: Optional[int] = None) -> None:
+    """Print every step's tree (see :func:`render_step`) to ``console`` (default: stdout)."""
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(legend())
+    for step in steps:
+        console.print(render_step(step, tokenizer, max_nodes=max_nodes))
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def save_trace(steps: Sequence[TraceStep], path: Union[str, Path], tokenizer: Any = None,
+               step: Optional[int] = None, max_nodes: Optional[int] = None) -> Path:
+    """Save the trace: ``.html`` (every step, as in the terminal) or a picture of one step.
+
+    Args:
+        steps: recorded steps (non-empty).
+        path: ``*.html``, ``*.png``, ``*.svg`` or ``*.pdf``.
+        tokenizer: for token text.
+        step: the step to draw in a picture (default: the one with the longest accepted
+            path, the first such on ties).
+        max_nodes: as in :func:`render_step` (HTML only).
+
+    Returns:
+        the path written.
+
+    Raises:
+        ValueError: no steps, an unknown suffix, or ``step`` out of range.
+    """
+    path = Path(path)
+    if not steps:
+        raise ValueError("steps: nothing to save (no verify step was recorded)")
+    suffix = path.suffix.lower()
+    if suffix == ".html":
+        from rich.console import Console
+
+        console = Console(record=True, width=160, file=open(_devnull(), "w"))
+        print_trace(steps, tokenizer, console=console, max_nodes=max_nodes)
+        console.save_html(str(path), inline_styles=True)
+        console.file.close()
+        return path
+    if suffix not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"path: expected a .html, .png, .svg or .pdf file, got {path.name!r}")
+    if step is None:
+        step = max(range(len(steps)), key=lambda i: (len(steps[i].accepted), -i))
+    if not 0 <= step < len(steps):
+        raise ValueError(f"step: expected an index in [0, {len(steps)}), got {step}")
+    draw_step(steps[step], path, tokenizer)
+    return path
+
+
+def _devnull() -> str:
+    import os
+
+    return os.devnull
+
+
+def draw_step(step: TraceStep, path: Union[str, Path], tokenizer: Any = None) -> None:
+    """Draw one step's draft tree with matplotlib (Agg): depth left to right, one row per
+    leaf, boxes coloured by source, the accepted path in thick green edges."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tree = step.tree
+    kids = _children(tree)
+    # y of a leaf = its rank among leaves (DFS order); y of an inner node = mean of its children.
+    y: Dict[int, float] = {}
+    next_leaf = [0]
+
+    def place(node: int) -> float:
+        if not kids[node]:
+            y[node] = float(next_leaf[0])
+            next_leaf[0] += 1
+        else:
+            y[node] = float(np.mean([place(c) for c in kids[node]]))
+        return y[node]
+
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 4 * len(tree) + 100))
+    try:
+        place(0)
+    finally:
+        sys.setrecursionlimit(old)
+    depth = tree.depths.tolist()
+    n_rows = max(1, next_leaf[0])
+    fig_h = max(2.5, 0.28 * n_rows + 1.0)
+    fig_w = max(4.0, 1.6 * (max(depth) + 1) + 1.0)
+    fig, ax = plt.subplots(figsize=(fig_w, fig_h))
+    on_path = set(step.accepted)
+    for node, parent in enumerate(tree.parents.tolist()):
+        if parent < 0:
+            continue
+        good = node in on_path and parent in on_path
+        ax.plot([depth[parent], depth[node]], [y[parent], y[node]],
+                color="#2e9e44" if good else "#bbbbbb", lw=2.5 if good else 0.8, zorder=1)
+    for node in range(len(tree)):
+        text = token_label(tokenizer, int(tree.tokens[node]))
+        if len(text) > 14:
+            text = text[:13] + "…"
+        ax.text(depth[node], y[node], text, ha="center", va="center", fontsize=7, zorder=2,
+                fontweight="bold" if node in on_path else "normal",
+                bbox=dict(boxstyle="round,pad=0.25", fc=SOURCE_COLOR[int(tree.sources[node])],
+                          ec="#2e9e44" if node in on_path else "#888888",
+                          lw=1.8 if node in on_path else 0.6))
+    ax.set_xlim(-0.6, max(depth) + 0.6)
+    ax.set_ylim(n_rows - 0.5, -0.5)
+    ax.set_xticks(range(max(depth) + 1))
+    ax.set_xlabel("depth below the root")
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(fc=SOURCE_COLOR[c], ec="#888888", label=SOURCE_STYLE[c][0])
+                       for c in (SOURCE_RETRIEVAL, SOURCE_LOGITS, SOURCE_BOTH)],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    ax.set_title(step_header(step), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -1,0 +1,391 @@
+"""Benchmark harness, hf-* baselines, trace recording and ``--capacity auto``.
+
+Models: a tiny seeded random Llama (tests/models.py) with the default model's vocabulary, so
+that the real SmolLM2 tokenizer and chat template work with it; everything runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from models import OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
+from racer_ref import bench as B
+from racer_ref.baselines import ForwardCounter, hf_generate, tokens_per_step
+from racer_ref.capacity import (AdaptiveDrafter, CapacityController, priority_order, profile_forward,
+                                tokens_if_truncated, truncate_tree)
+from racer_ref.datasets import Prompt, encode_prompt
+from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
+from racer_ref.trace import StepRecorder, accepted_path, render_step, save_trace
+
+PROMPTS = [
+    Prompt("p0", "prose", "Repeat after me: the cat sat on the mat, the cat sat on the mat."),
+    Prompt("p1", "code", "def add(a, b):\n    return a + b\n\ndef add(a, b):"),
+    Prompt("p2", "prose", "One two three four, one two three four, one two"),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from racer_ref.models import load_default_tokenizer
+
+    return load_default_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def lm(tokenizer):
+    """Tiny random Llama over SmolLM2's vocabulary (EOS never chosen: random weights)."""
+    return tiny_model("llama", vocab_size=len(tokenizer), seed=1, scale=4.0, max_positions=512)
+
+
+# ----------------------------------------------------------------------------- small parts
+
+
+def test_parse_methods_and_capacity():
+    assert B.parse_methods("ar, racer,ar") == ["ar", "racer"]
+    assert B.parse_methods("all") == list(B.METHODS)
+    for bad in ("", "ar,nope", "hf"):
+        with pytest.raises(ValueError, match="methods: expected"):
+            B.parse_methods(bad)
+    assert B.parse_capacity("auto") == "auto" and B.parse_capacity(" AUTO ") == "auto"
+    assert B.parse_capacity("16") == 16
+    for bad in ("0", "4097", "x", "1.5"):
+        with pytest.raises(ValueError, match=r"capacity: expected an integer in \[1, 4096\] or 'auto'"):
+            B.parse_capacity(bad)
+
+
+def test_method_order_rotates_every_position():
+    methods = ["a", "b", "c", "d"]
+    orders = [B.method_order(methods, i) for i in range(4)]
+    assert orders[1] == ["b", "c", "d", "a"]
+    for pos in range(4):  # every method runs at every position once
+        assert sorted(o[pos] for o in orders) == methods
+
+
+def test_first_mismatch():
+    assert B.first_mismatch([1, 2, 3], [1, 2, 3]) is None
+    assert B.first_mismatch([1, 2, 3], [1, 5, 3]) == 1
+    assert B.first_mismatch([1, 2], [1, 2, 3]) == 2
+
+
+def _row(method, pid, cat, new, wall, accepted, matches=True):
+    return {"method": method, "prompt_id": pid, "category": cat, "new_tokens": new, "wall_s": wall,
+            "steps": len(accepted), "accepted_lengths": accepted, "matches_ar": matches}
+
+
+def test_speedup_is_token_weighted_not_a_mean_of_ratios():
+    rows = [
+        _row("ar", "a", "x", 10, 1.0, [0] * 9), _row("ar", "b", "y", 30, 2.0, [0] * 29),
+        _row("racer", "a", "x", 10, 0.25, [1, 2, 0, 3]), _row("racer", "b", "y", 30, 1.0, [4] * 6),
+    ]
+    # Per prompt racer is 4x and 2x faster (a mean of ratios: 3x); token-weighted:
+    # ar 3.0 s / 40 tokens, racer 1.25 s / 40 tokens -> 2.4x.
+    assert B.speedup(rows, "racer", "ar") == pytest.approx(2.4)
+    assert B.speedup(rows, "racer", "ar", category="x") == pytest.approx(4.0)
+    assert B.speedup(rows, "ar", "racer") == pytest.approx(1 / 2.4)
+    assert math.isnan(B.speedup(rows, "racer", "hf-greedy"))
+    # only prompts both methods ran count
+    assert B.speedup(rows[:3], "racer", "ar") == pytest.approx(4.0)
+    agg = B.aggregate(r for r in rows if r["method"] == "racer")
+    assert agg.steps == 10 and agg.tokens_in_steps == (1 + 2 + 0 + 3 + 4) + 6 * 5
+    assert agg.mat == pytest.approx(40 / 10)
+
+
+def test_summarize_from_results_file(tmp_path):
+    rows = [
+        _row("ar", "a", "x", 10, 1.0, [0] * 9), _row("ar", "b", "y", 30, 2.0, [0] * 29),
+        _row("racer", "a", "x", 10, 0.5, [1, 2, 0, 3]), _row("racer", "b", "y", 30, 0.5, [4] * 6, False),
+    ]
+    rows[3]["first_mismatch"] = 7
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = B.summarize(tmp_path)
+    assert "| `racer` | 2 | 40 | 10 | 4.00 | 40.0 | 3.00x | n/a | 1/2 |" in text
+    assert "| `ar` | 2 | 40 | 38 | 1.00 | 13.3 | 1.00x | n/a | 2/2 |" in text
+    assert "| x | 1.00 | 2.50 |" in text  # MAT per category: racer on x = (6 + 4) / 4
+    assert "`racer` on b: first difference at new token 7" in text
+    for name in ("mat_per_category.png", "speedup.png", "accepted_lengths.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "summary.md").read_text() == text
+
+
+def test_tokens_per_step_from_cache_lengths():
+    # prefill of 5 tokens, then steps starting at 5, 6, 9, 10 cached tokens; 8 new tokens
+    calls = [(5, 0, 0.1), (1, 5, 0.0), (4, 6, 0.0), (2, 9, 0.0), (3, 10, 0.0)]
+    assert tokens_per_step(calls, 5, 8) == [1, 3, 1, 2]
+    assert tokens_per_step(calls[:1], 5, 1) == []
+    # transformers 5 may verify candidates in the prefill call: here it gave 3 tokens, so
+    # the first step starts with 7 cached tokens.
+    calls = [(9, 0, 0.1), (3, 7, 0.0), (2, 9, 0.0)]
+    assert tokens_per_step(calls, 5, 8) == [2, 3]
+
+
+# ----------------------------------------------------------------------------- hf baselines
+
+
+def test_hf_greedy_counts_forward_calls(lm, tokenizer):
+    ids = encode_prompt(tokenizer, PROMPTS[0].text)
+    r = hf_generate(lm, tokenizer, ids, 12, "hf-greedy")
+    assert r.token_ids == greedy_reference(lm, ids, 12)
+    assert r.steps == 11 and r.accepted_lengths == [0] * 11 and r.mean_accepted_tokens == 1.0
+    assert r.text == tokenizer.decode(r.token_ids, skip_special_tokens=True)
+    assert r.timings["prefill"] > 0 and r.timings["total"] >= r.timings["prefill"] + r.timings["forward"]
+
+
+def test_hf_pld_is_lossless_and_its_steps_are_forward_calls(lm, tokenizer):
+    # The random model repeats itself after this prompt, so prompt lookup finds some copies.
+    ids = [30410] * 20
+    ids = ids + greedy_reference(lm, ids, 16)
+    truth = greedy_reference(lm, ids, 16)
+    r = hf_generate(lm, tokenizer, ids, 16, "hf-pld")
+    assert r.token_ids == truth
+    # Independent account: record every forward call's input ids and rebuild each step's
+    # accepted length from the candidates it verified and the final output.
+    inputs = []
+    hook = lm.register_forward_pre_hook(
+        lambda m, a, k: inputs.append(k["input_ids"][0].tolist()), with_kwargs=True)
+    try:
+        with ForwardCounter(lm) as fc:
+            hf_generate(lm, tokenizer, ids, 16, "hf-pld")
+    finally:
+        hook.remove()
+    assert r.steps == len(fc.calls) - 1 == len(inputs) - 1
+    full = ids + truth
+    expected = []
+    for (n_in, start, _), step_ids in zip(fc.calls[1:], inputs[1:]):
+        assert step_ids[0] == full[start]  # the step's first token is the newest committed one
+        a = 0
+        while a + 1 < len(step_ids) and start + 1 + a < len(full) and step_ids[1 + a] == full[start + 1 + a]:
+            a += 1
+        expected.append(a)
+    assert r.accepted_lengths[:-1] == expected[:-1]
+    assert r.accepted_lengths[-1] <= expected[-1]  # the last step is clipped to max_new_tokens
+    assert max(r.accepted_lengths) >= 1 and r.steps < 15
+    assert r.mean_accepted_tokens == pytest.approx((sum(r.accepted_lengths) + r.steps) / r.steps)
+
+
+def test_hf_generate_bad_input(lm, tokenizer):
+    with pytest.raises(ValueError, match="method: expected one of hf-greedy, hf-pld"):
+        hf_generate(lm, tokenizer, [1, 2], 4, "greedy")
+    with pytest.raises(ValueError, match="max_new_tokens: expected an integer >= 1"):
+        hf_generate(lm, tokenizer, [1, 2], 0)
+    with pytest.raises(ValueError, match="prompt: expected at least one token"):
+        hf_generate(lm, tokenizer, [], 4)
+
+
+# ----------------------------------------------------------------------------- run_bench
+
+
+def test_run_bench_end_to_end(lm, tokenizer, tmp_path):
+    methods = ["ar", "hf-greedy", "hf-pld", "pld", "racer", "logits"]
+    rows = B.run_bench(lm, tokenizer, PROMPTS, methods, tmp_path, max_new_tokens=10, capacity=8,
+                       progress=False, meta={"source": "unit test"})
+    assert len(rows) == len(PROMPTS) * len(methods)
+    on_disk = B.read_results(tmp_path)
+    assert on_disk == json.loads(json.dumps(rows))
+    required = {"method", "prompt_id", "category", "new_tokens", "steps", "wall_s",
+                "mean_accepted_tokens", "matches_ar"}
+    for row in rows:
+        assert required <= set(row)
+        assert row["new_tokens"] == 10 and row["wall_s"] > 0
+        assert row["matches_ar"] is True, row
+        assert row["steps"] == len(row["accepted_lengths"])
+        if row["steps"]:
+            assert row["mean_accepted_tokens"] == pytest.approx(np.mean(row["accepted_lengths"]) + 1)
+        assert row["capacity"] == (8 if row["method"] in B.TREE_METHODS else None)
+    ar = [r for r in rows if r["method"] == "ar"]
+    assert all(r["steps"] == 9 and r["mean_accepted_tokens"] == 1.0 for r in ar)
+    for r in ar:  # every method's text is the same greedy output
+        same = [x["text"] for x in rows if x["prompt_id"] == r["prompt_id"]]
+        assert len(set(same)) == 1
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["methods"] == methods and meta["source"] == "unit test" and meta["max_new_tokens"] == 10
+    summary = (tmp_path / "summary.md").read_text()
+    assert "- source: unit test" in summary and "### MAT per category" in summary
+    for m in methods:
+        assert f"| `{m}` | 3 | 30 |" in summary
+
+
+def test_run_bench_refuses_bad_settings(lm, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="prompts: no prompts"):
+        B.run_bench(lm, tokenizer, [], ["ar"], tmp_path, progress=False)
+    with pytest.raises(ValueError, match="greedy only"):
+        B.run_bench(lm, tokenizer, PROMPTS, ["hf-greedy"], tmp_path, temperature=0.7, progress=False)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        B.run_bench(lm, tokenizer, PROMPTS, ["ar"], tmp_path, max_new_tokens=0, progress=False)
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+def test_accepted_path_walks_the_committed_tokens():
+    tree = make_tree([5, 1, 2, 3, 4], [-1, 0, 0, 1, 2])  # 5 -> {1 -> 3, 2 -> 4}
+    assert accepted_path(tree, [5, 2, 4]) == [0, 2, 4]
+    assert accepted_path(tree, [5, 2, 9]) == [0, 2]
+    assert accepted_path(tree, [5]) == [0]
+    assert accepted_path(tree, [6, 2]) == []
+
+
+def test_step_recorder_sees_every_step_and_its_accepted_path(lm, tokenizer):
+    prompt = encode_prompt(tokenizer, "abc", chat=False)
+    truth = greedy_reference(lm, prompt, 14)
+    oracle = OracleDrafter(prompt, truth, len(tokenizer), depth=3)
+    rec = StepRecorder(oracle)
+    from racer_ref.generate import generate
+
+    result = generate(lm, tokenizer, prompt, max_new_tokens=14, drafter=rec)
+    rec.finalize(result)
+    assert result.token_ids == truth
+    assert len(rec.steps) == result.steps
+    # near max_new_tokens the loop clips trees in depth; the recorder keeps what was verified
+    assert [len(s.tree) for s in rec.steps] == result.tree_sizes
+    assert len(oracle.sizes) == result.steps and oracle.sizes[-1] > result.tree_sizes[-1]
+    assert [len(s.accepted) - 1 for s in rec.steps] == result.accepted_lengths
+    assert result.accepted_lengths[0] == 3  # the oracle's chain is accepted in full
+    for s in rec.steps:
+        assert [int(s.tree.tokens[i]) for i in s.accepted] == s.committed[: len(s.accepted)]
+    assert all(s.seconds > 0 for s in rec.steps[:-1])
+    from rich.console import Console
+
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))
+    console.print(render_step(rec.steps[0], tokenizer))
+    out = console.export_text()
+    assert "accepted 3" in out and out.count("✓") == 4  # root + 3 accepted drafts
+
+
+def test_save_trace_html_and_png(lm, tokenizer, tmp_path):
+    prompt = encode_prompt(tokenizer, "abc", chat=False)
+    truth = greedy_reference(lm, prompt, 8)
+    rec = StepRecorder(OracleDrafter(prompt, truth, len(tokenizer), depth=2))
+    from racer_ref.generate import generate
+
+    rec.finalize(generate(lm, tokenizer, prompt, max_new_tokens=8, drafter=rec))
+    html = save_trace(rec.steps, tmp_path / "t.html", tokenizer)
+    assert "step 0" in html.read_text() and "accepted 2" in html.read_text()
+    png = save_trace(rec.steps, tmp_path / "t.png", tokenizer)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match=r"expected a .html, .png"):
+        save_trace(rec.steps, tmp_path / "t.txt", tokenizer)
+    with pytest.raises(ValueError, match="nothing to save"):
+        save_trace([], tmp_path / "t.html")
+    with pytest.raises(ValueError, match=r"step: expected an index"):
+        save_trace(rec.steps, tmp_path / "t.png", step=99)
+
+
+# ----------------------------------------------------------------------------- capacity auto
+
+
+def _mixed_tree() -> DraftTree:
+    # root 0; retrieval chain 1 -> 4 -> 6; logits 2, 3 under root, 5 under 2; node 1 is "both".
+    tree = make_tree([10, 11, 12, 13, 14, 15, 16], [-1, 0, 0, 0, 1, 2, 4])
+    sources = np.array([0, SOURCE_BOTH, SOURCE_LOGITS, SOURCE_LOGITS, SOURCE_RETRIEVAL,
+                        SOURCE_LOGITS, SOURCE_RETRIEVAL], dtype=np.uint8)
+    return DraftTree(tree.tokens, tree.parents, tree.depths, tree.attention_mask,
+                     tree.retrieve_indices, sources)
+
+
+def test_priority_order_and_truncation():
+    tree = _mixed_tree()
+    assert priority_order(tree).tolist() == [0, 1, 4, 6, 2, 3, 5]
+    small = truncate_tree(tree, 4)
+    small.validate()
+    assert small.tokens.tolist() == [10, 11, 14, 16]  # the retrieval chain first
+    five = truncate_tree(tree, 5)
+    five.validate()
+    assert five.tokens.tolist() == [10, 11, 12, 14, 16] and five.parents.tolist() == [-1, 0, 0, 1, 3]
+    assert truncate_tree(tree, 7) is tree and truncate_tree(tree, 100) is tree
+    with pytest.raises(ValueError, match="capacity: expected an int >= 1"):
+        truncate_tree(tree, 0)
+
+
+def test_tokens_if_truncated():
+    tree = _mixed_tree()
+    # accepted path 0 -> 2 -> 5 (logits branch): kept whole only from capacity 7 on
+    got = tokens_if_truncated(tree, [0, 2, 5], [1, 2, 4, 5, 6, 7, 8])
+    assert got == {1: 1, 2: 1, 4: 1, 5: 2, 6: 2, 7: 3}
+    # accepted path 0 -> 1 -> 4: the retrieval chain, kept from capacity 3
+    assert tokens_if_truncated(tree, [0, 1, 4], [1, 2, 3]) == {1: 1, 2: 2, 3: 3}
+
+
+def test_truncation_of_real_drafts_stays_valid(tokenizer):
+    from racer_ref import Drafter
+
+    rng = np.random.default_rng(0)
+    d = Drafter("racer", vocab_size=len(tokenizer), capacity=64)
+    text = rng.integers(0, 200, 300)
+    text = np.concatenate([text, text[:150]])
+    d.observe(text, rng.integers(0, 200, (len(text), 8)))
+    d.commit(text)
+    for root in range(0, 200, 7):
+        tree = d.draft(int(root))
+        sources = set(tree.sources.tolist())
+        for c in (1, 2, 5, 16, 33):
+            t = truncate_tree(tree, c)
+            t.validate(vocab_size=len(tokenizer))
+            assert len(t) == min(c, len(tree))
+        if {SOURCE_RETRIEVAL, SOURCE_LOGITS} <= sources:
+            # retrieval nodes come before logits-only ones in the kept prefix
+            order = priority_order(tree)
+            kinds = [tree.sources[i] == SOURCE_LOGITS for i in order[1:]]
+            assert kinds == sorted(kinds)
+
+
+def test_controller_picks_the_best_tokens_per_second_and_explores():
+    ctrl = CapacityController({1: 1.0, 8: 1.2, 64: 4.0}, decay=0.5, explore_every=4)
+    ctrl.update_tokens({1: 1, 8: 2, 64: 3})
+    assert ctrl.choice == 8  # 2 / 1.2 beats 1 / 1.0 and 3 / 4.0
+    assert [ctrl.next_capacity() for _ in range(8)] == [8, 8, 8, 64, 8, 8, 8, 64]
+    ctrl.update_tokens({64: 7})  # EMA: 0.5 * 3 + 0.5 * 7 = 5 -> 5 / 4.0 = 1.25 < 2 / 1.2
+    assert ctrl.choice == 8
+    ctrl.update_tokens({64: 9})  # 7 -> 1.75 > 1.67
+    assert ctrl.choice == 64
+    ctrl.update_time(64, 8.0)  # the machine got twice slower: same ratios, same choice
+    assert ctrl.scale == 2.0 and ctrl.choice == 64
+    rep = ctrl.report()
+    assert rep["choice"] == 64 and rep["used"] == {8: 6, 64: 2} and rep["explored_steps"] == 2
+    assert "capacity auto: chose C=64" in ctrl.describe()
+    with pytest.raises(ValueError, match="decay"):
+        CapacityController({1: 1.0}, decay=1.0)
+    with pytest.raises(ValueError, match="forward_seconds"):
+        CapacityController({})
+
+
+def test_adaptive_drafter_is_lossless_and_learns(lm, tokenizer):
+    from racer_ref.generate import generate
+
+    prompt = encode_prompt(tokenizer, "abc", chat=False)
+    truth = greedy_reference(lm, prompt, 24)
+    # Oracle chains of 4 true tokens among decoys: larger trees keep more of the chain.
+    ctrl = CapacityController({1: 1.0, 2: 1.0, 4: 1.0, 16: 1.0}, explore_every=0, start=2)
+    drafter = AdaptiveDrafter(OracleDrafter(prompt, truth, len(tokenizer), depth=4, wrong=1), ctrl)
+    result = generate(lm, tokenizer, prompt, max_new_tokens=24, drafter=drafter)
+    drafter.finalize(result)
+    assert result.token_ids == truth
+    assert [s.capacity for s in drafter.steps] == ctrl.used
+    assert drafter.steps[0].capacity == 2 and len(drafter.steps[0].tree) == 2
+    # all candidates cost the same, so the controller moves to the largest it has seen pay off
+    assert ctrl.choice == 16 and ctrl.used[-1] == 16
+    assert result.accepted_lengths[0] == 0 and max(result.accepted_lengths) == 4
+
+
+def test_profile_forward_measures_every_size(lm):
+    prof = profile_forward(lm, [1, 4, 16], prefix_length=32, repeats=1, use_cache=False)
+    assert sorted(prof) == [1, 4, 16] and all(v > 0 for v in prof.values())
+    with pytest.raises(ValueError, match="sizes"):
+        profile_forward(lm, [0, 4])
+
+
+def test_run_bench_with_auto_capacity(lm, tokenizer, tmp_path):
+    rows = B.run_bench(lm, tokenizer, PROMPTS[:2], ["ar", "racer"], tmp_path, max_new_tokens=8,
+                       capacity="auto", progress=False, warmup=False)
+    racer = [r for r in rows if r["method"] == "racer"]
+    assert all(r["matches_ar"] and r["capacity"] == "auto" for r in racer)
+    assert all(sum(r["capacity_used"].values()) == r["steps"] for r in racer)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    report = meta["capacity_auto"]["racer"]
+    assert str(report["choice"]) in report["expected_tokens"]
+    assert "capacity auto: chose C=" in (tmp_path / "summary.md").read_text()

@@ -1,0 +1,143 @@
+"""The ``racer-ref`` command line and the demo, end to end on a tiny random model folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from models import single_thread, tiny_model  # noqa: F401
+from racer_ref import cli
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from racer_ref.models import load_default_tokenizer
+
+    return load_default_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer):
+    """A local Hugging Face folder: tiny random Llama + the default model's tokenizer."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny_model("llama", vocab_size=len(tokenizer), seed=2, scale=4.0, max_positions=512).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_entry_point_is_declared():
+    tomllib = pytest.importorskip("tomllib")
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["racer-ref"] == "racer_ref.cli:main"
+    assert callable(cli.main)
+
+
+def test_parser_defaults_and_choices():
+    args = cli.build_parser().parse_args(["generate", "hi"])
+    assert (args.method, args.capacity, args.max_new_tokens, args.temperature, args.baseline) == \
+        ("racer", 64, 128, 0.0, "hf-greedy")
+    args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
+                                          "--capacity", "auto", "--limit", "3"])
+    assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--capacity", "0", "hi"], "capacity: expected an integer in [1, 4096] or 'auto'"),
+    (["generate", "--method", "hf-pld", "hi"], "invalid choice: 'hf-pld'"),
+    (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected a comma-separated list"),
+    (["bench", "--methods", "ar"], "one of the arguments --dataset --questions is required"),
+    (["bench", "--dataset", "humaneval", "--questions", "x.jsonl"], "not allowed with argument"),
+])
+def test_bad_arguments_exit_with_a_clear_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_generate_streams_traces_and_compares_with_greedy(model_dir, tmp_path, capsys):
+    png = tmp_path / "tree.png"
+    html = tmp_path / "trace.html"
+    argv = ["generate", "--model", str(model_dir), "--device", "cpu", "--max-new-tokens", "10",
+            "--capacity", "8", "--trace", "--trace-out", str(png), "Tell me a story."]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "step 0 · " in out and "accepted" in out
+    assert "racer        10 new tokens" in out and "hf-greedy    10 new tokens     9 steps  MAT  1.00" in out
+    assert "speedup of racer over hf-greedy:" in out and "output identical: yes" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(argv[:-3] + ["--trace-out", str(html), "--baseline", "none", "Tell me a story."]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" not in out and "<html" in html.read_text().lower()
+
+
+def test_generate_auto_capacity_against_our_own_greedy_loop(model_dir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("A prompt from standard input."))
+    argv = ["generate", "--model", str(model_dir), "--device", "cpu", "--max-new-tokens", "8",
+            "--capacity", "auto", "--baseline", "ar", "--no-chat", "-"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "capacity auto: chose C=" in out
+    assert "speedup of racer over ar:" in out and "output identical: yes" in out
+
+
+def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"question_id": 1, "category": "a", "turns": ["Say one thing.", "ignored"]},
+        {"question_id": 2, "category": "a", "turns": ["Say two things."]},
+        {"question_id": 3, "category": "b", "turns": ["Count to three."]},
+    ]))
+    out = tmp_path / "out"
+    argv = ["bench", "--model", str(model_dir), "--device", "cpu", "--methods", "ar,hf-greedy,racer",
+            "--questions", str(questions), "--per-category", "1", "--max-new-tokens", "6",
+            "--capacity", "16", "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["prompt_id"], r["method"]) for r in rows] == [
+        ("1", "ar"), ("1", "hf-greedy"), ("1", "racer"), ("3", "ar"), ("3", "hf-greedy"), ("3", "racer")]
+    assert all(r["matches_ar"] and r["new_tokens"] == 6 for r in rows)
+    assert printed == (out / "summary.md").read_text() + "\n"
+    assert "| `racer` | 2 | 12 |" in printed and f"- source: {questions}" in printed
+    assert cli.main(["summarize", str(out), "--no-plots"]) == 0
+    assert "### Overall" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no results.jsonl"):
+        cli.main(["summarize", str(tmp_path)])
+
+
+def test_bench_reports_data_errors_without_a_traceback(tmp_path):
+    with pytest.raises(SystemExit, match="questions: no such file"):
+        cli.main(["bench", "--questions", str(tmp_path / "missing.jsonl"), "--methods", "ar"])
+
+
+def test_demo_runs_racer_against_greedy(model_dir):
+    from rich.console import Console
+
+    from racer_ref.models import load_model
+
+    model, tok = load_model(model_dir)
+    console = Console(record=True, width=160, file=open("/dev/null", "w"))
+    rows = cli.run_demo(model, tok, max_new_tokens=8, capacity=8, console=console)
+    assert [r["prompt"] for r in rows] == ["prose", "code"]
+    assert all(r["same_output"] and r["racer_tokens"] == r["greedy_tokens"] == 8 for r in rows)
+    assert all(r["greedy_steps"] == 7 and r["speedup"] > 0 for r in rows)
+    text = console.export_text()
+    assert "RACER (capacity 8) vs plain greedy, 8 new tokens" in text and "same output" in text
+
+
+def test_text_streamer_never_prints_half_characters(tokenizer):
+    import io
+
+    ids = tokenizer("héllo wörld 🙂 done")["input_ids"]
+    buf = io.StringIO()
+    streamer = cli.TextStreamer(tokenizer, out=buf)
+    for token in ids:
+        streamer([token])
+        assert "\ufffd" not in buf.getvalue()
+    streamer.finish()
+    assert buf.getvalue() == "héllo wörld 🙂 done\n"
