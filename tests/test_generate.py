@@ -217,6 +217,7 @@ def test_eos_inside_an_accepted_block(kind):
     for method in ("racer", "ar"):
         assert generate(m, None, prompt, max_new_tokens=NEW, method=method,
                         eos_token_id=[VOCAB - 1, eos]).token_ids == expected
+    assert generate(m, None, prompt, max_new_tokens=NEW, eos_token_id=torch.tensor(eos)).token_ids == expected
     # eos_token_id=[] disables the model's default
     assert generate(m, None, prompt, max_new_tokens=NEW, eos_token_id=[]).token_ids == truth
 
@@ -413,9 +414,12 @@ def bad_calls():
         (ValueError, "stop", dict(model=m, prompt=p, stop="x")),
         (ValueError, "stop", dict(model=m, prompt=p, stop=[""], tokenizer=CharTokenizer())),
         (TypeError, "eos_token_id", dict(model=m, prompt=p, eos_token_id="x")),
+        (TypeError, "eos_token_id", dict(model=m, prompt=p, eos_token_id=[1.5])),
+        (ValueError, "generator", dict(model=m, prompt=p, temperature=1.0, generator=123)),
         (ValueError, "StaticCache", dict(model=m, prompt=p, cache=StaticCache(config=m.config, max_cache_len=64))),
         (ValueError, "empty", dict(model=m, prompt=p, cache=filled)),
         (ValueError, "SlidingWindow", dict(model=sliding, prompt=p)),
+        (ValueError, "vocab_size", dict(model=m, prompt=p, drafter=Drafter("racer", vocab_size=VOCAB + 1))),
     ]
 
 
@@ -426,7 +430,21 @@ def test_bad_input_is_refused_before_any_work():
         drafter = OracleDrafter([], [], VOCAB)
         try:
             with pytest.raises(error, match=message):
-                generate(drafter=drafter if "method" not in kwargs else None, **kwargs)
+                generate(**{"drafter": drafter if "method" not in kwargs else None, **kwargs})
         finally:
             hook.remove()
         assert calls == [] and drafter.committed == [] and drafter.observed == [], message
+
+
+def test_a_given_drafter_sets_breadth_and_must_root_its_tree():
+    logits_drafter = Drafter("logits", vocab_size=VOCAB, breadth=3, capacity=20)
+    result = generate(model("gpt2"), None, PROMPTS["random-a"], max_new_tokens=NEW, drafter=logits_drafter)
+    assert result.token_ids == list(reference("gpt2", "random-a")) and result.method == "logits"
+    assert len(logits_drafter.table_row(PROMPTS["random-a"][0])) == 3
+
+    class WrongRoot(OracleDrafter):
+        def draft(self, root, last_topk=None):
+            return make_tree([(root + 1) % VOCAB], [-1])
+
+    with pytest.raises(RuntimeError, match="rooted at"):
+        generate(model("gpt2"), None, PROMPTS["random-a"], max_new_tokens=5, drafter=WrongRoot([], [], VOCAB))

@@ -8,7 +8,8 @@ the committed tokens) and keep only the accepted path in the KV cache.
 
 With ``temperature=0`` the output equals ``model.generate(do_sample=False)`` token for token;
 with ``temperature > 0`` it has the distribution of plain sampling (lossless rule, spec
-"Sampling"). Batch size 1 only.
+"Sampling") with temperature and top-p only (no top-k). Other settings of the model's
+generation config (repetition penalty, ...) are not applied. Batch size 1 only.
 """
 
 from __future__ import annotations
@@ -159,8 +160,12 @@ def _eos_ids(model: Any, eos_token_id: Any) -> List[int]:
         eos_token_id = getattr(config, "eos_token_id", None)
         if eos_token_id is None:
             return []
-    values = [eos_token_id] if isinstance(eos_token_id, (int, np.integer, torch.Tensor)) else eos_token_id
-    values = torch.as_tensor(values).reshape(-1).tolist() if isinstance(values, torch.Tensor) else list(values)
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.reshape(-1).tolist()
+    values = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else eos_token_id
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
+    values = list(values)
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
@@ -305,6 +310,8 @@ def generate(
     eos = set(_eos_ids(model, eos_token_id))
     stops = _StopStrings(tokenizer, stop)
     cache = _make_cache(model, cache)
+    if generator is not None and (not isinstance(generator, torch.Generator) or generator.device.type != "cpu"):
+        raise ValueError("generator: expected a CPU torch.Generator (the draws are made on the CPU)")
     if generator is None and seed is not None:
         generator = torch.Generator().manual_seed(int(seed))
     if drafter is None and method != "ar":
@@ -312,8 +319,11 @@ def generate(
 
         drafter = Drafter(method=method, vocab_size=vocab_size, capacity=capacity, breadth=breadth,
                           ngram=ngram, max_nodes=max_nodes, backend=backend)
+    elif drafter is not None and getattr(drafter, "vocab_size", vocab_size) != vocab_size:
+        raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
     method = getattr(drafter, "method", method) if drafter is not None else method
-    k = min(breadth, vocab_size)
+    # Copy-logit rows are the top-k ids of the target's logits, k = the drafter's breadth.
+    k = min(int(getattr(drafter, "breadth", breadth)), vocab_size)
     limit = max_length if max_length is not None else math.inf
 
     timings = dict.fromkeys(TIMING_KEYS, 0.0)
@@ -327,6 +337,7 @@ def generate(
         return sample(target_probs(logits_row[None], temperature, top_p)[0], generator)
 
     output = result.token_ids  # new tokens, root of the next step last
+    last_topk = None  # top-k ids of the logits row that produced the root ("logits-last")
     drafted = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
 
     def emit(block: List[int]) -> bool:
@@ -361,13 +372,14 @@ def generate(
             root = choose(logits[-1])
             sync()
             timings["prefill"] += time.perf_counter() - tic
-            tic = time.perf_counter()
-            topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
-            last_topk = topk[-1]  # (k,) the row that produced the root
             if drafter is not None:
+                # Copy-logit table rows for every prompt position; the automaton learns the prompt.
+                tic = time.perf_counter()
+                topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
+                last_topk = topk[-1]  # (k,) the row that produced the root
                 drafter.observe(np.asarray(prompt_ids, dtype=np.int64), topk)
                 drafter.commit(np.asarray(prompt_ids, dtype=np.int64))
-            timings["drafting"] += time.perf_counter() - tic
+                timings["drafting"] += time.perf_counter() - tic
             tic = time.perf_counter()
             done = emit([root])
             timings["bookkeeping"] += time.perf_counter() - tic
@@ -396,7 +408,6 @@ def generate(
                 accepted, next_root = accept_greedy(logits, tree)
             else:
                 accepted, next_root = accept_sampling(target_probs(logits, temperature, top_p), tree, generator)
-            topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (n, k) int64
             timings["acceptance"] += time.perf_counter() - tic
             result.accepted_lengths.append(len(accepted) - 1)
             result.tree_sizes.append(len(tree))
@@ -404,10 +415,12 @@ def generate(
             tic = time.perf_counter()
             keep_accepted(cache, past_length, accepted)
             done = emit(tree.tokens[accepted[1:]].tolist() + [next_root])
-            root, last_topk = next_root, topk[accepted[-1]]
+            root = next_root
             timings["bookkeeping"] += time.perf_counter() - tic
             if drafter is not None:
                 tic = time.perf_counter()
+                topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (n, k) int64
+                last_topk = topk[accepted[-1]]  # (k,) the row that produced the next root
                 observed = np.arange(len(tree)) if observe_rejected else np.asarray(accepted)
                 drafter.observe(tree.tokens[observed], topk[observed])
                 # The drafter learns every committed token except the newest (the next root):

@@ -19,8 +19,20 @@ token after node u *on u's own path*, so walking the tree from the root and foll
 child the target predicts finds the longest draft path the target agrees with (step 6).
 The last accepted node's prediction becomes the next root, for free.
 
+How :func:`racer_ref.generate` strings these functions together (greedy case)::
+
+    logits = forward_prompt(model, cache, prompt)          # cache: the prompt
+    root = argmax(logits[-1])
+    while not stopped:
+        tree = drafter.draft(root)                         # any drafter: only arrays
+        L = cache.get_seq_length()
+        logits = forward_tree(model, cache, tree)          # cache: prompt.. + n tree nodes
+        accepted, root = accept_greedy(logits, tree)
+        keep_accepted(cache, L, accepted)                  # cache: prompt.. + accepted path
+        emit(tree.tokens[accepted[1:]] + [root])
+
 Everything here works on batch size 1 and a transformers ``DynamicCache`` whose layers hold
-``keys`` / ``values`` tensors of shape (1, heads, seq, head_dim).
+``keys`` / ``values`` tensors of shape (1, heads, seq, head_dim) (transformers >= 4.56).
 """
 
 from __future__ import annotations
@@ -223,9 +235,10 @@ def keep_accepted(cache, past_length: int, accepted: List[int]) -> None:
     slots = torch.tensor(accepted, device=device) + past_length  # (a + 1,)
     end = past_length + len(accepted)
     for layer in cache.layers:
+        index = slots.to(layer.keys.device)  # (a + 1,); a no-op unless layers sit on several GPUs
         # Gather first (advanced indexing copies), then write into the consecutive slots.
-        layer.keys[:, :, past_length:end] = layer.keys[:, :, slots]  # (1, heads, a + 1, head_dim)
-        layer.values[:, :, past_length:end] = layer.values[:, :, slots]  # (1, heads, a + 1, head_dim)
+        layer.keys[:, :, past_length:end] = layer.keys[:, :, index]  # (1, heads, a + 1, head_dim)
+        layer.values[:, :, past_length:end] = layer.values[:, :, index]  # (1, heads, a + 1, head_dim)
         # Drop the rejected nodes: the cache now ends with the accepted path.
         layer.keys = layer.keys[:, :, :end]  # (1, heads, L + a + 1, head_dim)
         layer.values = layer.values[:, :, :end]  # (1, heads, L + a + 1, head_dim)
