@@ -139,12 +139,13 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
         if array.ndim == 2 and array.shape[0] == 1:
             array = array[0]
         if array.ndim != 1:
-            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of token ids, got shape {array.shape}")
+            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids, got shape {array.shape}")
         if array.size and not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"prompt: expected integer token ids, got dtype {array.dtype}")
         ids = array.astype(np.int64).tolist()
     else:
-        raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, got {type(prompt).__name__}")
+        raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
+                        f"got {type(prompt).__name__}")
     if not ids:
         raise ValueError("prompt: empty; give at least one token")
     bad = [t for t in ids if not 0 <= t < vocab_size]

@@ -17,7 +17,8 @@ from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
 def check_sampling_arguments(temperature: float, top_p: float) -> None:
     """Raise ``ValueError`` unless ``temperature >= 0`` (0 = greedy) and ``0 < top_p <= 1``."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature) or temperature < 0):
         raise ValueError(f"temperature: expected a finite number >= 0 (0 means greedy), got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")

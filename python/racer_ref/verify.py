@@ -46,18 +46,10 @@ import torch
 from racer_ref.reference.draft_tree import DraftTree
 
 
-def cache_keyword(model: torch.nn.Module) -> str:
-    """Name of the forward argument that takes the KV cache.
-
-    transformers 5 renamed ``past_key_values`` to ``cache``; we pass whichever the model's
-    ``forward`` declares, so the same loop runs on both.
-    """
-    return _cache_keyword(type(model))
-
-
 @functools.lru_cache(maxsize=None)
-def _cache_keyword(model_class: type) -> str:
-    # Reading a signature takes a fraction of a millisecond: do it once per model class.
+def cache_keyword(model_class: type) -> str:
+    """Name of the forward argument that takes the KV cache, looked up once per model class:
+    transformers 5 renamed ``past_key_values`` to ``cache``; we pass what ``forward`` declares."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
@@ -72,7 +64,8 @@ def forward_prompt(model: torch.nn.Module, cache, prompt_ids: torch.Tensor) -> t
         the cache holds all L prompt tokens.
     """
     # A plain causal pass: transformers builds the usual triangular mask itself.
-    out = model(input_ids=prompt_ids[None], use_cache=True, **{cache_keyword(model): cache})  # logits (1, L, vocab)
+    kwargs = {cache_keyword(type(model)): cache}
+    out = model(input_ids=prompt_ids[None], use_cache=True, **kwargs)  # logits (1, L, vocab)
     return out.logits[0]  # (L, vocab)
 
 
@@ -121,7 +114,7 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
         attention_mask=bias,  # (1, 1, n, L + n)
         position_ids=position_ids,  # (1, n)
         use_cache=True,
-        **{cache_keyword(model): cache},
+        **{cache_keyword(type(model)): cache},
     )  # logits (1, n, vocab)
     return out.logits[0]  # (n, vocab)
 
@@ -174,10 +167,14 @@ def accept_sampling(
     accepted with probability ``p(c) / mass``, where mass is what p has left after the
     children already rejected at u. If c is rejected its probability is set to 0 (mass drops
     by p(c)) and the next child is tried. If every child is rejected, the next root is
-    sampled from p restricted to the tokens never rejected. Child i is emitted with
-    probability ``p(c_i)`` exactly (the rejections before it leave mass ``1 - sum_{j<i} p(c_j)``),
-    and any other token x with probability ``(1 - sum_j p(c_j)) * p(x) / (1 - sum_j p(c_j))
-    = p(x)``: the output has the target's distribution, whatever the drafts are.
+    sampled from p restricted to the tokens never rejected.
+
+    Why this is lossless: write ``m_i = 1 - p(c_1) - ... - p(c_{i-1})``. We reach child i
+    when children 1..i-1 were all rejected, with probability ``prod_j (1 - p(c_j) / m_j)
+    = prod_j m_{j+1} / m_j = m_i``, and then accept it with ``p(c_i) / m_i``: child i comes
+    out with probability ``p(c_i)``. A token x that is no child comes out with probability
+    ``m_last * p(x) / m_last = p(x)``. So the output has the target's distribution,
+    whatever the drafts are; the drafts only decide how many tokens one pass yields.
 
     Args:
         probs: ``(n, vocab)`` float target distributions (after temperature / top-p), one
@@ -206,8 +203,9 @@ def accept_sampling(
             rejected.append(tokens[child])
         else:
             # No child accepted: sample the next root from what is left of p at `node`.
-            residual = probs[node].to(device="cpu", dtype=torch.float32, copy=True)  # (vocab,), never an alias of probs
-            residual[rejected] = 0.0
+            # (copy=True: never write into `probs` itself, even when it already is on the CPU)
+            residual = probs[node].to(device="cpu", dtype=torch.float32, copy=True)  # (vocab,)
+            residual[rejected] = 0.0  # (vocab,) with the rejected children's mass removed
             if residual.sum() <= 0:  # only by rounding: all mass sat on rejected children
                 return accepted, rejected[-1]
             return accepted, int(torch.multinomial(residual, 1, generator=generator))
