@@ -152,20 +152,24 @@ class OracleDrafter:
         if self.corrupt_every and truth and (len(self.sizes) + 1) % self.corrupt_every == 0:
             truth = truth[: len(truth) // 2] + [self._wrong(t, 7) for t in truth[len(truth) // 2 :]]
         tokens, parents = [root], [-1]
+
+        def add(token: int, parent: int) -> int:
+            tokens.append(token)
+            parents.append(parent)
+            return len(tokens) - 1
+
         # decoy chains below the root, before the true child
         for w in range(self.wrong):
             first = self._wrong(truth[0] if truth else root, w)
             if truth and first == truth[0]:
                 continue
-            tokens.append(first); parents.append(0)
-            tokens.append(self._wrong(first, 3)); parents.append(len(tokens) - 2)
+            add(self._wrong(first, 3), add(first, 0))
         parent = 0
         for level, token in enumerate(truth):
             sib = self._wrong(token, 11 + level)
             if level > 0 and sib != token:
-                tokens.append(sib); parents.append(parent)
-            tokens.append(token); parents.append(parent)
-            parent = len(tokens) - 1
+                add(sib, parent)  # a wrong sibling before the true child
+            parent = add(token, parent)
         order = _bfs_order(parents)
         self.sizes.append(len(tokens))
         return make_tree([tokens[i] for i in order], _remap_parents(parents, order))

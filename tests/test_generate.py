@@ -426,7 +426,7 @@ def bad_calls():
 def test_bad_input_is_refused_before_any_work():
     for error, message, kwargs in bad_calls():
         calls = []
-        hook = kwargs["model"].register_forward_pre_hook(lambda *a: calls.append(1))
+        hook = kwargs["model"].register_forward_pre_hook(lambda *a, calls=calls: calls.append(1))
         drafter = OracleDrafter([], [], VOCAB)
         try:
             with pytest.raises(error, match=message):

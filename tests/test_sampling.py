@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import single_thread, make_tree, tiny_model
+from models import make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
 from racer_ref.generate import generate
 from racer_ref.sampling import check_sampling_arguments, target_probs
 from racer_ref.verify import accept_sampling, children_of

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from models import single_thread, KINDS, make_tree, tiny_model
+from models import KINDS, make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
 from racer_ref.verify import (accept_greedy, forward_prompt, forward_tree, keep_accepted,
                               tree_attention_bias)
 
