@@ -448,3 +448,11 @@ def test_a_given_drafter_sets_breadth_and_must_root_its_tree():
 
     with pytest.raises(RuntimeError, match="rooted at"):
         generate(model("gpt2"), None, PROMPTS["random-a"], max_new_tokens=5, drafter=WrongRoot([], [], VOCAB))
+
+
+def test_racer_ref_generate_is_callable_even_after_importing_the_module():
+    import racer_ref
+
+    assert isinstance(racer_ref.generate, type(generate_module))  # the submodule won the attribute
+    ours = racer_ref.generate(model("llama"), None, PROMPTS["random-a"], max_new_tokens=8)
+    assert ours.token_ids == list(reference("llama", "random-a"))[:8]

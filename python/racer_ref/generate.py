@@ -15,7 +15,9 @@ generation config (repetition penalty, ...) are not applied. Batch size 1 only.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -439,3 +441,15 @@ def generate(
         result.text = tokenizer.decode(output, skip_special_tokens=True)
     timings["total"] = time.perf_counter() - started
     return result
+
+
+class _CallableModule(types.ModuleType):
+    """``racer_ref.generate`` names both this module and its function. Importing the module
+    (``from racer_ref.generate import ...``) makes Python bind the package attribute to the
+    module, so we make the module callable: ``racer_ref.generate(model, ...)`` always works."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> GenerationResult:
+        return generate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
