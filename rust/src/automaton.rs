@@ -38,6 +38,15 @@
 //!   then the rank of the parent in the selection (earlier first), then the token id (smaller
 //!   first). A continuation found below several borders is one node whose frequency is the
 //!   largest of theirs.
+//!
+//! # Where this file is faster than the twin (same results)
+//!
+//! * Children are found through one hash map for the whole trie, which holds only the
+//!   children of nodes with two children or more; an only child is read from its parent
+//!   (most deep n-grams never repeat, so most lookups and inserts skip the hash map).
+//! * Before an eviction the extended path is touched only if its last node is the LRU tail.
+//! * Retrieval keeps one candidate per sibling list on its heap, and never more siblings
+//!   than nodes it may still keep; `retrieve_into` reuses its buffers.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -65,10 +74,12 @@ pub const EPOCH_SLOTS: usize = 1024;
 const NO_STAMP: u64 = u64::MAX;
 
 // ---------------------------------------------------------------------------------------
-// Child map: (parent, token) -> child, in one hash map with a tiny multiplicative hasher.
-// std's SipHash is DoS-resistant but ~3x slower here; keys are our own slot numbers and
-// token ids, so a fast mixing hash is enough. The final xor-shift folds the high half of
-// the product into the low bits, which hashbrown uses for the bucket index.
+// Child map: (parent, token) -> child, in one hash map for the whole trie (the twin uses a
+// dict per node), for the children of nodes with two children or more (see `child`).
+// std's SipHash is DoS-resistant but slower; keys are our own slot numbers and token ids,
+// so a multiplicative hash is enough. Its final xor-shift folds the high half of the
+// product into the low bits, which hashbrown uses for the bucket index.
+// (A hand-written linear-probing table measured slower than std's SwissTable here.)
 // ---------------------------------------------------------------------------------------
 
 #[derive(Default, Clone, Copy)]
@@ -145,8 +156,14 @@ struct WindowRef {
     generation: u32,
 }
 
-const CLOSED: WindowRef = WindowRef { state: NONE, generation: 0 };
-const ROOT_WINDOW: WindowRef = WindowRef { state: ROOT, generation: 0 };
+const CLOSED: WindowRef = WindowRef {
+    state: NONE,
+    generation: 0,
+};
+const ROOT_WINDOW: WindowRef = WindowRef {
+    state: ROOT,
+    generation: 0,
+};
 
 /// Counters, reported by `stats()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -165,12 +182,43 @@ pub struct Stats {
     pub fail_misses: u64,
 }
 
+/// Root-to-leaf token paths stored flat: path `k` is `tokens[starts[k]..starts[k + 1]]`.
+/// `retrieve_into` refills one of these, so a warm decoding loop allocates nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    pub tokens: Vec<u32>,
+    /// Start of each path in `tokens`, then `tokens.len()`.
+    pub starts: Vec<usize>,
+}
+
+impl Paths {
+    /// Number of paths.
+    pub fn len(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Path `k` (root first).
+    pub fn get(&self, k: usize) -> &[u32] {
+        &self.tokens[self.starts[k]..self.starts[k + 1]]
+    }
+
+    /// The paths as owned vectors.
+    pub fn to_vecs(&self) -> Vec<Vec<u32>> {
+        (0..self.len()).map(|k| self.get(k).to_vec()).collect()
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Retrieval scratch space, kept between calls so that a step allocates only its result.
 // ---------------------------------------------------------------------------------------
 
 /// A candidate node of the retrieval tree: a continuation (relative to the root) and the
 /// trie nodes (one per border that has it) it stands for, stored in `pool[start..start+len]`.
+/// `next` indexes its next-best sibling in `Scratch::siblings` (`NONE` if it is the last).
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
     freq: u64,
@@ -179,12 +227,16 @@ struct Candidate {
     token: u32,
     start: u32,
     len: u32,
+    next: u32,
 }
 
 impl Candidate {
     #[inline]
     fn key(&self) -> (u64, std::cmp::Reverse<(u32, u32, u32)>) {
-        (self.freq, std::cmp::Reverse((self.depth, self.parent_rank, self.token)))
+        (
+            self.freq,
+            std::cmp::Reverse((self.depth, self.parent_rank, self.token)),
+        )
     }
 }
 
@@ -220,9 +272,14 @@ struct Kept {
 #[derive(Clone, Debug, Default)]
 struct Scratch {
     heap: BinaryHeap<Candidate>,
+    /// Sibling lists of candidates, each sorted best first (see `expand`).
+    siblings: Vec<Candidate>,
     pool: Vec<StateID>,
     gather: Vec<(u32, u64, StateID)>,
     kept: Vec<Kept>,
+    /// Depth-first walk: (kept index, entering?), and the current path.
+    stack: Vec<(u32, bool)>,
+    path: Vec<u32>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -263,7 +320,10 @@ impl Automaton {
     /// Errors: `Error::Value` naming the first argument out of range.
     pub fn new(max_nodes: i64, ngram: i64, min_border_depth: i64) -> Result<Self> {
         if !(2..=MAX_NGRAM).contains(&ngram) {
-            return Err(Error::value("ngram", format!("must be in [2, {MAX_NGRAM}], got {ngram}")));
+            return Err(Error::value(
+                "ngram",
+                format!("must be in [2, {MAX_NGRAM}], got {ngram}"),
+            ));
         }
         if !(ngram..=MAX_NODES_LIMIT).contains(&max_nodes) {
             return Err(Error::value(
@@ -372,8 +432,21 @@ impl Automaton {
     }
 
     /// The child of `s` for `token`, if present.
+    ///
+    /// Most nodes have no child or one (deep n-grams rarely repeat), and reading the node we
+    /// are at is cheap, while a hash probe costs a cache miss or two. So the child map only
+    /// holds the children of nodes with two children or more; an only child is found
+    /// through `first_child`. (Inserting and evicting keep this so.)
     #[inline]
     pub fn child(&self, s: StateID, token: u32) -> Option<StateID> {
+        let first = self.nodes[s as usize].first_child;
+        if first == NONE {
+            return None;
+        }
+        let only = &self.nodes[first as usize];
+        if only.next_sibling == NONE {
+            return (only.token == token).then_some(first);
+        }
         self.children.get(&child_key(s, token)).copied()
     }
 
@@ -384,7 +457,10 @@ impl Automaton {
             Ok(value as u32)
         } else {
             let what = index.map_or_else(String::new, |i| format!("element {i} "));
-            Err(Error::value(arg, format!("{what}must be in [0, {MAX_TOKEN}], got {value}")))
+            Err(Error::value(
+                arg,
+                format!("{what}must be in [0, {MAX_TOKEN}], got {value}"),
+            ))
         }
     }
 
@@ -432,10 +508,15 @@ impl Automaton {
                 }
                 None => {
                     if self.len == self.max_nodes {
-                        // Make `parent` and its ancestors the most recent nodes so that the
-                        // victim (the LRU tail) is not on the path we are extending: that
-                        // path has <= ngram - 1 nodes and the trie has max_nodes >= ngram.
-                        self.touch_path(parent);
+                        // The victim must not be on the path we are extending. The tail is
+                        // a leaf, so of that path only `parent` itself can be the tail; then
+                        // touch the path (<= ngram - 1 nodes; the trie has max_nodes >=
+                        // ngram) so another node becomes the tail. The twin always touches
+                        // here; the final order is the same, since `touch_path(child)`
+                        // below moves the whole path to the head again.
+                        if self.recency.least_recent() == Some(parent) {
+                            self.touch_path(parent);
+                        }
                         self.evict_lru_leaf();
                     }
                     self.insert(parent, token)
@@ -444,7 +525,10 @@ impl Automaton {
             // Bottom-up: child, parent, ..., so a parent is never less recent than a child.
             self.touch_path(child);
             let generation = self.nodes[child as usize].generation;
-            self.next_windows[i + 1] = WindowRef { state: child, generation };
+            self.next_windows[i + 1] = WindowRef {
+                state: child,
+                generation,
+            };
         }
         std::mem::swap(&mut self.windows, &mut self.next_windows);
         // A later creation in this step may have recycled an earlier window's node; the
@@ -495,9 +579,15 @@ impl Automaton {
         };
         if sibling != NONE {
             self.nodes[sibling as usize].prev_sibling = slot;
+            // The parent now has two children or more: they go into the child map (an only
+            // child is found through `first_child`; see `child`).
+            if self.nodes[sibling as usize].next_sibling == NONE {
+                let old = self.nodes[sibling as usize].token;
+                self.children.insert(child_key(parent, old), sibling);
+            }
+            self.children.insert(child_key(parent, token), slot);
         }
         self.nodes[parent as usize].first_child = slot;
-        self.children.insert(child_key(parent, token), slot);
         // A new string ending in `token` may be a longer proper suffix of some node's string.
         self.epochs[epoch_slot(token)] += 1;
         self.len += 1;
@@ -507,11 +597,16 @@ impl Automaton {
 
     /// Recycle the least recently used node. It is a leaf because of the touch order.
     fn evict_lru_leaf(&mut self) {
-        let Some(v) = self.recency.least_recent() else { return };
+        let Some(v) = self.recency.least_recent() else {
+            return;
+        };
         let node = self.nodes[v as usize];
         debug_assert_eq!(node.first_child, NONE, "the LRU tail must be a leaf");
         self.recency.remove(v);
-        self.children.remove(&child_key(node.parent, node.token));
+        if node.prev_sibling != NONE || node.next_sibling != NONE {
+            // It had a sibling, so it was in the child map.
+            self.children.remove(&child_key(node.parent, node.token));
+        }
         if node.prev_sibling != NONE {
             self.nodes[node.prev_sibling as usize].next_sibling = node.next_sibling;
         } else {
@@ -519,6 +614,12 @@ impl Automaton {
         }
         if node.next_sibling != NONE {
             self.nodes[node.next_sibling as usize].prev_sibling = node.prev_sibling;
+        }
+        // Two children became one: the one left leaves the child map.
+        let first = self.nodes[node.parent as usize].first_child;
+        if first != NONE && self.nodes[first as usize].next_sibling == NONE {
+            let only = self.nodes[first as usize].token;
+            self.children.remove(&child_key(node.parent, only));
         }
         // A string ending in `token` vanished: failure links that pointed at it are stale.
         self.epochs[epoch_slot(node.token)] += 1;
@@ -613,20 +714,38 @@ impl Automaton {
     ///
     /// Errors: `Error::Value` if `capacity` is not in `[1, 2**31 - 1]`.
     pub fn retrieve(&mut self, root: u32, capacity: usize) -> Result<Vec<Vec<u32>>> {
+        let mut out = Paths::default();
+        self.retrieve_into(root, capacity, &mut out)?;
+        Ok(out.to_vecs())
+    }
+
+    /// [`Automaton::retrieve`] into a reusable buffer (`out` is cleared first).
+    pub fn retrieve_into(&mut self, root: u32, capacity: usize, out: &mut Paths) -> Result<()> {
         Self::check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
         self.stats.retrieves += 1;
         let mut sc = std::mem::take(&mut self.scratch);
         sc.heap.clear();
+        sc.siblings.clear();
         sc.pool.clear();
         sc.kept.clear();
         self.collect_borders(root, &mut sc.pool);
-        sc.kept.push(Kept { token: root, depth: 0, first_child: NONE, last_child: NONE, next_sibling: NONE });
+        sc.kept.push(Kept {
+            token: root,
+            depth: 0,
+            first_child: NONE,
+            last_child: NONE,
+            next_sibling: NONE,
+        });
         if capacity > 1 {
             let n_borders = sc.pool.len();
-            self.expand(&mut sc, 0, 0, n_borders);
+            self.expand(&mut sc, 0, 0, n_borders, capacity - 1);
         }
         while sc.kept.len() < capacity {
             let Some(c) = sc.heap.pop() else { break };
+            // Its next-best sibling takes its place among the candidates.
+            if c.next != NONE {
+                sc.heap.push(sc.siblings[c.next as usize]);
+            }
             let rank = sc.kept.len() as u32;
             sc.kept.push(Kept {
                 token: c.token,
@@ -645,76 +764,122 @@ impl Automaton {
             }
             sc.kept[p].last_child = rank;
             if sc.kept.len() < capacity {
-                self.expand(&mut sc, rank, c.start as usize, c.len as usize);
+                let room = capacity - sc.kept.len();
+                self.expand(&mut sc, rank, c.start as usize, c.len as usize, room);
             }
         }
-        let paths = Self::paths(&sc.kept);
+        Self::write_paths(&mut sc, out);
         self.scratch = sc;
-        Ok(paths)
+        Ok(())
     }
 
-    /// Push the children of kept node `rank` (the trie nodes `pool[start..start+len]`,
+    /// Offer the children of kept node `rank` (the trie nodes `pool[start..start+len]`,
     /// merged by token) as candidates.
-    fn expand(&self, sc: &mut Scratch, rank: u32, start: usize, len: usize) {
-        sc.gather.clear();
-        for k in start..start + len {
-            let mut c = self.nodes[sc.pool[k] as usize].first_child;
+    ///
+    /// The twin pushes every child on its heap. Here the children are sorted best first
+    /// (siblings share depth and parent, so frequency then token decides) and only the best
+    /// one enters the heap; popping it pushes the next one. The heap then holds at most one
+    /// candidate per kept node, and the selection is the same. `room` = how many more nodes
+    /// may still be kept (>= 1).
+    fn expand(&self, sc: &mut Scratch, rank: u32, start: usize, len: usize, room: usize) {
+        let depth = sc.kept[rank as usize].depth + 1;
+        let first = sc.siblings.len();
+        let candidate = |freq, token, begin: usize, end: usize| Candidate {
+            freq,
+            depth,
+            parent_rank: rank,
+            token,
+            start: begin as u32,
+            len: (end - begin) as u32,
+            next: NONE,
+        };
+        if len == 1 {
+            // One trie node: its children have distinct tokens, nothing to merge.
+            let mut c = self.nodes[sc.pool[start] as usize].first_child;
             while c != NONE {
                 let n = &self.nodes[c as usize];
-                sc.gather.push((n.token, n.freq, c));
+                let begin = sc.pool.len();
+                sc.pool.push(c);
+                sc.siblings
+                    .push(candidate(n.freq, n.token, begin, begin + 1));
                 c = n.next_sibling;
             }
-        }
-        sc.gather.sort_unstable();
-        let depth = sc.kept[rank as usize].depth + 1;
-        let mut i = 0;
-        while i < sc.gather.len() {
-            let token = sc.gather[i].0;
-            let begin = sc.pool.len();
-            let mut freq = 0;
-            while i < sc.gather.len() && sc.gather[i].0 == token {
-                freq = freq.max(sc.gather[i].1);
-                sc.pool.push(sc.gather[i].2);
-                i += 1;
+        } else {
+            // Several trie nodes (one per border): merge their children by token.
+            sc.gather.clear();
+            for k in start..start + len {
+                let mut c = self.nodes[sc.pool[k] as usize].first_child;
+                while c != NONE {
+                    let n = &self.nodes[c as usize];
+                    sc.gather.push((n.token, n.freq, c));
+                    c = n.next_sibling;
+                }
             }
-            sc.heap.push(Candidate {
-                freq,
-                depth,
-                parent_rank: rank,
-                token,
-                start: begin as u32,
-                len: (sc.pool.len() - begin) as u32,
-            });
+            sc.gather.sort_unstable();
+            let mut i = 0;
+            while i < sc.gather.len() {
+                let token = sc.gather[i].0;
+                let begin = sc.pool.len();
+                let mut freq = 0;
+                while i < sc.gather.len() && sc.gather[i].0 == token {
+                    freq = freq.max(sc.gather[i].1);
+                    sc.pool.push(sc.gather[i].2);
+                    i += 1;
+                }
+                sc.siblings
+                    .push(candidate(freq, token, begin, sc.pool.len()));
+            }
         }
+        let list = &mut sc.siblings[first..];
+        if list.is_empty() {
+            return;
+        }
+        // Best first (the heap's order reversed: a max-heap pops the greatest). Only `room`
+        // more nodes can be kept at all, so a child below the `room` best of its siblings
+        // never will be: keep those alone.
+        let best_first = |a: &Candidate, b: &Candidate| b.cmp(a);
+        if list.len() > room {
+            list.select_nth_unstable_by(room - 1, best_first);
+            sc.siblings.truncate(first + room);
+        }
+        let list = &mut sc.siblings[first..];
+        list.sort_unstable_by(best_first);
+        for k in 0..list.len() - 1 {
+            list[k].next = (first + k + 1) as u32;
+        }
+        sc.heap.push(sc.siblings[first]);
     }
 
-    fn paths(kept: &[Kept]) -> Vec<Vec<u32>> {
-        let mut out = Vec::new();
-        let mut path = Vec::new();
-        // Iterative depth-first walk: (kept index, entering?).
-        let mut stack = vec![(0u32, true)];
-        while let Some((k, entering)) = stack.pop() {
-            let node = kept[k as usize];
+    /// The kept tree's root-to-leaf paths, depth-first, children in selection order.
+    fn write_paths(sc: &mut Scratch, out: &mut Paths) {
+        out.tokens.clear();
+        out.starts.clear();
+        sc.path.clear();
+        sc.stack.clear();
+        sc.stack.push((0, true));
+        while let Some((k, entering)) = sc.stack.pop() {
+            let node = sc.kept[k as usize];
             if !entering {
-                path.pop();
+                sc.path.pop();
                 continue;
             }
-            path.push(node.token);
-            stack.push((k, false));
+            sc.path.push(node.token);
+            sc.stack.push((k, false));
             if node.first_child == NONE {
-                out.push(path.clone());
+                out.starts.push(out.tokens.len());
+                out.tokens.extend_from_slice(&sc.path);
                 continue;
             }
-            // Push children in reverse so the first child is visited first.
-            let at = stack.len();
+            // Push the children in reverse so that the first child is visited first.
+            let at = sc.stack.len();
             let mut c = node.first_child;
             while c != NONE {
-                stack.push((c, true));
-                c = kept[c as usize].next_sibling;
+                sc.stack.push((c, true));
+                c = sc.kept[c as usize].next_sibling;
             }
-            stack[at..].reverse();
+            sc.stack[at..].reverse();
         }
-        out
+        out.starts.push(out.tokens.len());
     }
 
     // -----------------------------------------------------------------------------------
@@ -812,17 +977,32 @@ mod tests {
     fn check(a: &mut Automaton, context: &[u32]) {
         let present = strings(a);
         assert_eq!(present.len(), a.len());
+        // The child map holds exactly the children of nodes with >= 2 children.
+        let mut in_map = 0;
+        for &s in present.values() {
+            let node = a.nodes[s as usize];
+            let has_sibling = node.prev_sibling != NONE || node.next_sibling != NONE;
+            assert_eq!(
+                a.children.get(&child_key(node.parent, node.token)) == Some(&s),
+                has_sibling
+            );
+            in_map += usize::from(has_sibling);
+        }
+        assert_eq!(a.children.len(), in_map);
         assert!(a.len() <= a.max_nodes());
         assert_eq!(a.recency.len(), a.len());
         // Failure links = longest proper suffix present (what an eager AC build gives).
         for (p, &s) in &present {
-            let want: Vec<u32> =
-                (1..p.len()).map(|k| p[k..].to_vec()).find(|q| present.contains_key(q)).unwrap_or_default();
+            let want: Vec<u32> = (1..p.len())
+                .map(|k| p[k..].to_vec())
+                .find(|q| present.contains_key(q))
+                .unwrap_or_default();
             let got = a.fail(s);
             assert_eq!(a.path(got), want, "fail of {p:?}");
         }
         // LRU: a parent is never less recent than its child.
-        let rank: StdMap<StateID, usize> = a.recency.iter().enumerate().map(|(r, s)| (s, r)).collect();
+        let rank: StdMap<StateID, usize> =
+            a.recency.iter().enumerate().map(|(r, s)| (s, r)).collect();
         for &s in present.values() {
             let p = a.nodes[s as usize].parent;
             if p != ROOT {
@@ -843,10 +1023,14 @@ mod tests {
 
     /// Deterministic pseudo-random stream (no external crates).
     fn lcg_stream(seed: u64, len: usize, alphabet: u32) -> Vec<u32> {
-        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..len)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((x >> 33) % u64::from(alphabet)) as u32
             })
             .collect()
@@ -854,19 +1038,64 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        assert!(matches!(Automaton::new(10, 1, 1), Err(Error::Value { arg: "ngram", .. })));
-        assert!(matches!(Automaton::new(10, 257, 2), Err(Error::Value { arg: "ngram", .. })));
-        assert!(matches!(Automaton::new(9, 10, 2), Err(Error::Value { arg: "max_nodes", .. })));
-        assert!(matches!(Automaton::new(-1, 10, 2), Err(Error::Value { arg: "max_nodes", .. })));
-        assert!(matches!(Automaton::new(100, 10, 0), Err(Error::Value { arg: "min_border_depth", .. })));
-        assert!(matches!(Automaton::new(100, 10, 11), Err(Error::Value { arg: "min_border_depth", .. })));
+        assert!(matches!(
+            Automaton::new(10, 1, 1),
+            Err(Error::Value { arg: "ngram", .. })
+        ));
+        assert!(matches!(
+            Automaton::new(10, 257, 2),
+            Err(Error::Value { arg: "ngram", .. })
+        ));
+        assert!(matches!(
+            Automaton::new(9, 10, 2),
+            Err(Error::Value {
+                arg: "max_nodes",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Automaton::new(-1, 10, 2),
+            Err(Error::Value {
+                arg: "max_nodes",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Automaton::new(100, 10, 0),
+            Err(Error::Value {
+                arg: "min_border_depth",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Automaton::new(100, 10, 11),
+            Err(Error::Value {
+                arg: "min_border_depth",
+                ..
+            })
+        ));
         assert!(Automaton::new(10, 10, 10).is_ok());
         let mut a = Automaton::new(100, 3, 2).unwrap();
-        assert!(matches!(a.retrieve(1, 0), Err(Error::Value { arg: "capacity", .. })));
+        assert!(matches!(
+            a.retrieve(1, 0),
+            Err(Error::Value {
+                arg: "capacity",
+                ..
+            })
+        ));
         assert_eq!(a.stats().retrieves, 0);
-        assert!(matches!(Automaton::check_token("root", None, -1), Err(Error::Value { arg: "root", .. })));
-        assert!(Automaton::check_token("tokens", Some(2), 1 << 32).unwrap_err().to_string().contains("element 2"));
-        assert_eq!(Automaton::check_token("root", None, (1 << 32) - 1), Ok(u32::MAX));
+        assert!(matches!(
+            Automaton::check_token("root", None, -1),
+            Err(Error::Value { arg: "root", .. })
+        ));
+        assert!(Automaton::check_token("tokens", Some(2), 1 << 32)
+            .unwrap_err()
+            .to_string()
+            .contains("element 2"));
+        assert_eq!(
+            Automaton::check_token("root", None, (1 << 32) - 1),
+            Ok(u32::MAX)
+        );
     }
 
     #[test]
@@ -907,16 +1136,24 @@ mod tests {
         assert_eq!(a.retrieve(2, 3).unwrap(), vec![vec![2, 3, 7]]);
         assert_eq!(a.retrieve(2, 4).unwrap(), vec![vec![2, 3, 7], vec![2, 4]]);
         // Everything: 5 nodes; [2 4 7] comes from [1 2 4 7].
-        assert_eq!(a.retrieve(2, 64).unwrap(), vec![vec![2, 3, 7], vec![2, 4, 7]]);
+        assert_eq!(
+            a.retrieve(2, 64).unwrap(),
+            vec![vec![2, 3, 7], vec![2, 4, 7]]
+        );
         // Unknown root: no border.
         assert_eq!(a.retrieve(42, 64).unwrap(), vec![vec![42]]);
     }
 
     #[test]
     fn eviction_keeps_invariants_on_random_streams() {
-        for (seed, max_nodes, ngram, alphabet) in
-            [(1, 4, 3, 3), (2, 5, 4, 2), (3, 12, 4, 4), (4, 30, 5, 3), (5, 7, 7, 5), (6, 2, 2, 3)]
-        {
+        for (seed, max_nodes, ngram, alphabet) in [
+            (1, 4, 3, 3),
+            (2, 5, 4, 2),
+            (3, 12, 4, 4),
+            (4, 30, 5, 3),
+            (5, 7, 7, 5),
+            (6, 2, 2, 3),
+        ] {
             let mut a = Automaton::new(max_nodes, ngram, 2).unwrap();
             let stream = lcg_stream(seed, 400, alphabet);
             for k in 0..stream.len() {
@@ -925,7 +1162,8 @@ mod tests {
                 // Borders: suffixes present + root, depth >= 2 (brute force).
                 let present: HashSet<Vec<u32>> = strings(&a).into_keys().collect();
                 for root in 0..alphabet {
-                    let got: Vec<Vec<u32>> = a.borders(root).into_iter().map(|s| a.path(s)).collect();
+                    let got: Vec<Vec<u32>> =
+                        a.borders(root).into_iter().map(|s| a.path(s)).collect();
                     let ctx = &stream[..k + 1];
                     let want: Vec<Vec<u32>> = (0..ngram as usize)
                         .rev()
@@ -950,7 +1188,10 @@ mod tests {
                     assert!(distinct.len() <= 5);
                 }
             }
-            assert!(a.stats().evictions > 0, "max_nodes={max_nodes} should evict");
+            assert!(
+                a.stats().evictions > 0,
+                "max_nodes={max_nodes} should evict"
+            );
         }
     }
 

@@ -4,6 +4,7 @@
 //!
 //! * [`automaton`]: the Aho-Corasick n-gram automaton with lazy failure links and O(1) LRU
 //!   eviction (spec: "The automaton", step 2 and step 9);
+//! * [`lru`]: the O(1) recency list behind that eviction;
 //! * [`copy_logit`]: the dense copy-logit table (step 8);
 //! * [`logits_tree`]: the logits tree's breadth rule, paper Eq. 3 (step 3);
 //! * [`draft_tree`]: merging retrieval and logits trees, flattening (steps 2-4);

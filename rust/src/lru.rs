@@ -17,17 +17,20 @@
 /// Marks "no slot" in a link.
 const NIL: u32 = u32::MAX;
 
+/// A slot's neighbours. A slot is on the list iff it has a newer neighbour or is the head
+/// (so no separate flag: 8 bytes per slot).
 #[derive(Clone, Copy, Debug)]
 struct Link {
     /// The next more recent slot (towards the head), or `NIL`.
     newer: u32,
     /// The next less recent slot (towards the tail), or `NIL`.
     older: u32,
-    /// Whether the slot is on the list at all.
-    linked: bool,
 }
 
-const UNLINKED: Link = Link { newer: NIL, older: NIL, linked: false };
+const UNLINKED: Link = Link {
+    newer: NIL,
+    older: NIL,
+};
 
 /// A doubly linked recency list over slots `0..capacity`; every operation is O(1).
 #[derive(Clone, Debug, Default)]
@@ -41,7 +44,12 @@ pub struct RecencyList {
 impl RecencyList {
     /// An empty list.
     pub fn new() -> Self {
-        RecencyList { links: Vec::new(), head: NIL, tail: NIL, len: 0 }
+        RecencyList {
+            links: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
     }
 
     /// Unlink every slot (keeps the allocated memory).
@@ -64,7 +72,11 @@ impl RecencyList {
 
     /// Whether `slot` is on the list.
     pub fn contains(&self, slot: u32) -> bool {
-        self.links.get(slot as usize).is_some_and(|l| l.linked)
+        self.head == slot
+            || self
+                .links
+                .get(slot as usize)
+                .is_some_and(|l| l.newer != NIL)
     }
 
     /// The least recently used slot (the tail), if any.
@@ -86,12 +98,16 @@ impl RecencyList {
         if (slot as usize) >= self.links.len() {
             self.links.resize(slot as usize + 1, UNLINKED);
         }
-        if self.links[slot as usize].linked {
+        if self.links[slot as usize].newer != NIL {
+            // On the list and not the head (checked above): take it out first.
             self.unlink(slot);
         }
         // Push at the head.
         let old_head = self.head;
-        self.links[slot as usize] = Link { newer: NIL, older: old_head, linked: true };
+        self.links[slot as usize] = Link {
+            newer: NIL,
+            older: old_head,
+        };
         if old_head != NIL {
             self.links[old_head as usize].newer = slot;
         } else {
@@ -106,7 +122,6 @@ impl RecencyList {
     pub fn remove(&mut self, slot: u32) {
         if self.contains(slot) {
             self.unlink(slot);
-            self.links[slot as usize] = UNLINKED;
         }
     }
 
@@ -135,7 +150,7 @@ impl RecencyList {
         } else {
             self.tail = newer;
         }
-        self.links[slot as usize].linked = false;
+        self.links[slot as usize] = UNLINKED;
         self.len -= 1;
     }
 }

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 
-use crate::automaton::Automaton;
+use crate::automaton::{Automaton, Paths};
 
 /// "element 3 " inside messages about sequences, "" for scalars.
 fn element(index: Option<usize>) -> String {
@@ -18,10 +18,21 @@ fn element(index: Option<usize>) -> String {
 
 /// A Python integer as `i64`. `bool`, floats and other non-integers raise `TypeError`;
 /// integers beyond 64 bits raise `ValueError` (they are outside every range we accept).
-pub(crate) fn int_value(obj: &Bound<'_, PyAny>, arg: &'static str, index: Option<usize>) -> PyResult<i64> {
+pub(crate) fn int_value(
+    obj: &Bound<'_, PyAny>,
+    arg: &'static str,
+    index: Option<usize>,
+) -> PyResult<i64> {
     let type_error = || {
-        let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!("{arg}: {}must be an int, got {name}", element(index)))
+        let name = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!(
+            "{arg}: {}must be an int, got {name}",
+            element(index)
+        ))
     };
     if obj.is_instance_of::<PyBool>() {
         return Err(type_error());
@@ -30,7 +41,10 @@ pub(crate) fn int_value(obj: &Bound<'_, PyAny>, arg: &'static str, index: Option
         Ok(v) => Ok(v),
         Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
             let shown = obj.str().map(|s| s.to_string()).unwrap_or_default();
-            Err(PyValueError::new_err(format!("{arg}: {}is out of range, got {shown}", element(index))))
+            Err(PyValueError::new_err(format!(
+                "{arg}: {}is out of range, got {shown}",
+                element(index)
+            )))
         }
         Err(_) => Err(type_error()),
     }
@@ -39,65 +53,88 @@ pub(crate) fn int_value(obj: &Bound<'_, PyAny>, arg: &'static str, index: Option
 /// Read every token of `tokens` into `out`, checking each one; nothing is committed here.
 fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
     out.clear();
-    if let Ok(arr) = tokens.cast::<PyUntypedArray>() {
-        let kind = arr.dtype().kind();
-        if kind != b'i' && kind != b'u' {
-            let dtype = arr.dtype().str().map(|s| s.to_string()).unwrap_or_default();
-            return Err(PyTypeError::new_err(format!(
-                "tokens: must be an array of ints, got dtype {dtype}"
-            )));
-        }
-        if arr.ndim() != 1 {
-            // Written like Python's tuple repr, as in the twin: (), (2, 3).
-            let dims: Vec<String> = arr.shape().iter().map(|d| d.to_string()).collect();
-            return Err(PyValueError::new_err(format!(
-                "tokens: must be 1-D, got shape ({})",
-                dims.join(", ")
-            )));
-        }
-        // One typed fast path per integer dtype (the array may be non-contiguous).
-        macro_rules! typed {
-            ($($t:ty),*) => {$(
-                if let Ok(a) = tokens.cast::<PyArray1<$t>>() {
-                    let view = a.readonly();
-                    for (i, &v) in view.as_array().iter().enumerate() {
-                        #[allow(irrefutable_let_patterns)]
-                        let Ok(v) = i64::try_from(v) else {
-                            // Only uint64 values above 2**63 - 1 get here.
-                            return Err(PyValueError::new_err(format!(
-                                "tokens: element {i} must be in [0, {}], got {v}",
-                                crate::automaton::MAX_TOKEN
-                            )));
-                        };
-                        out.push(Automaton::check_token("tokens", Some(i), v)?);
-                    }
-                    return Ok(());
-                }
-            )*};
-        }
-        typed!(i64, i32, u32, u64, i16, u16, i8, u8);
-    }
     let mut push = |i: usize, item: &Bound<'_, PyAny>| -> PyResult<()> {
         let v = int_value(item, "tokens", Some(i))?;
         out.push(Automaton::check_token("tokens", Some(i), v)?);
         Ok(())
     };
+    // Lists first: what a decoding loop passes, and no numpy type check needed.
     if let Ok(list) = tokens.cast::<PyList>() {
         for (i, item) in list.iter().enumerate() {
             push(i, &item)?;
         }
-    } else if let Ok(tuple) = tokens.cast::<PyTuple>() {
+        return Ok(());
+    }
+    if let Ok(tuple) = tokens.cast::<PyTuple>() {
         for (i, item) in tuple.iter().enumerate() {
             push(i, &item)?;
         }
-    } else {
-        let iter = tokens.try_iter().map_err(|_| {
-            let name = tokens.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-            PyTypeError::new_err(format!("tokens: must be an iterable of ints, got {name}"))
-        })?;
-        for (i, item) in iter.enumerate() {
-            push(i, &item?)?;
-        }
+        return Ok(());
+    }
+    if let Ok(arr) = tokens.cast::<PyUntypedArray>() {
+        return read_array(tokens, arr, out);
+    }
+    let iter = tokens.try_iter().map_err(|_| {
+        let name = tokens
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        PyTypeError::new_err(format!("tokens: must be an iterable of ints, got {name}"))
+    })?;
+    for (i, item) in iter.enumerate() {
+        push(i, &item?)?;
+    }
+    Ok(())
+}
+
+/// The numpy case of `read_tokens`: a 1-D array of any integer dtype.
+fn read_array(
+    tokens: &Bound<'_, PyAny>,
+    arr: &Bound<'_, PyUntypedArray>,
+    out: &mut Vec<u32>,
+) -> PyResult<()> {
+    let kind = arr.dtype().kind();
+    if kind != b'i' && kind != b'u' {
+        let dtype = arr.dtype().str().map(|s| s.to_string()).unwrap_or_default();
+        return Err(PyTypeError::new_err(format!(
+            "tokens: must be an array of ints, got dtype {dtype}"
+        )));
+    }
+    if arr.ndim() != 1 {
+        // Written like Python's tuple repr, as in the twin: (), (2, 3).
+        let dims: Vec<String> = arr.shape().iter().map(|d| d.to_string()).collect();
+        return Err(PyValueError::new_err(format!(
+            "tokens: must be 1-D, got shape ({})",
+            dims.join(", ")
+        )));
+    }
+    // One typed path per integer dtype (the array may be non-contiguous).
+    macro_rules! typed {
+        ($($t:ty),*) => {$(
+            if let Ok(a) = tokens.cast::<PyArray1<$t>>() {
+                let view = a.readonly();
+                for (i, &v) in view.as_array().iter().enumerate() {
+                    #[allow(irrefutable_let_patterns)]
+                    let Ok(v) = i64::try_from(v) else {
+                        // Only uint64 values above 2**63 - 1 get here.
+                        return Err(PyValueError::new_err(format!(
+                            "tokens: element {i} must be in [0, {}], got {v}",
+                            crate::automaton::MAX_TOKEN
+                        )));
+                    };
+                    out.push(Automaton::check_token("tokens", Some(i), v)?);
+                }
+                return Ok(());
+            }
+        )*};
+    }
+    typed!(i64, i32, u32, u64, i16, u16, i8, u8);
+    // Other integer dtypes (e.g. longlong on platforms where it differs): element by element.
+    for (i, item) in tokens.try_iter()?.enumerate() {
+        let item = item?;
+        let v = int_value(&item, "tokens", Some(i))?;
+        out.push(Automaton::check_token("tokens", Some(i), v)?);
     }
     Ok(())
 }
@@ -108,7 +145,9 @@ fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
 #[pyclass(name = "Automaton", module = "racer_ref._core")]
 pub struct PyAutomaton {
     inner: Automaton,
+    /// Reused between calls: the tokens of `extend`, the paths of `retrieve`.
     buf: Vec<u32>,
+    paths: Paths,
 }
 
 #[pymethods]
@@ -122,11 +161,17 @@ impl PyAutomaton {
         ngram: Option<&Bound<'_, PyAny>>,
         min_border_depth: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let get = |v: Option<&Bound<'_, PyAny>>, arg, default| v.map_or(Ok(default), |v| int_value(v, arg, None));
+        let get = |v: Option<&Bound<'_, PyAny>>, arg, default| {
+            v.map_or(Ok(default), |v| int_value(v, arg, None))
+        };
         let ngram = get(ngram, "ngram", 10)?;
         let max_nodes = get(max_nodes, "max_nodes", 10_000)?;
         let min_border_depth = get(min_border_depth, "min_border_depth", 2)?;
-        Ok(PyAutomaton { inner: Automaton::new(max_nodes, ngram, min_border_depth)?, buf: Vec::new() })
+        Ok(PyAutomaton {
+            inner: Automaton::new(max_nodes, ngram, min_border_depth)?,
+            buf: Vec::new(),
+            paths: Paths::default(),
+        })
     }
 
     /// Commit tokens (spec step 9): a list, tuple, 1-D integer numpy array or any iterable
@@ -143,10 +188,20 @@ impl PyAutomaton {
 
     /// The retrieval tree's root-to-leaf paths (spec step 2); at most `capacity` distinct
     /// nodes, root included.
-    fn retrieve(&mut self, root: &Bound<'_, PyAny>, capacity: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u32>>> {
+    fn retrieve<'py>(
+        &mut self,
+        root: &Bound<'py, PyAny>,
+        capacity: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = root.py();
         let root = Automaton::check_token("root", None, int_value(root, "root", None)?)?;
         let capacity = Automaton::check_capacity(int_value(capacity, "capacity", None)?)?;
-        Ok(self.inner.retrieve(root, capacity)?)
+        self.inner.retrieve_into(root, capacity, &mut self.paths)?;
+        let p = &self.paths;
+        let lists = (0..p.len())
+            .map(|k| PyList::new(py, p.get(k)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, lists)
     }
 
     /// The borders for `root`, longest first, each as its token string (a suffix of the
@@ -185,7 +240,10 @@ impl PyAutomaton {
         d.set_item("retrieves", s.retrieves)?;
         d.set_item("fail_hits", s.fail_hits)?;
         d.set_item("fail_misses", s.fail_misses)?;
-        d.set_item("matching_depth", self.inner.depth(self.inner.matching_state()))?;
+        d.set_item(
+            "matching_depth",
+            self.inner.depth(self.inner.matching_state()),
+        )?;
         Ok(d)
     }
 
