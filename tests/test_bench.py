@@ -389,3 +389,26 @@ def test_run_bench_with_auto_capacity(lm, tokenizer, tmp_path):
     report = meta["capacity_auto"]["racer"]
     assert str(report["choice"]) in report["expected_tokens"]
     assert "capacity auto: chose C=" in (tmp_path / "summary.md").read_text()
+
+
+def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):
+    """benchmarks/gpu_check.py is only run on a GPU machine; its --dry-run runs it on the CPU."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = tmp_path / "model"
+    tiny_model("llama", vocab_size=len(tokenizer), seed=3, scale=4.0, max_positions=512).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    path = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--device", "cpu", "--dry-run", "--model", str(folder), "--out", str(tmp_path / "o")]) == 0
+    table = (tmp_path / "o" / "gpu_check.md").read_text()
+    for method in module.LOSSLESS_METHODS:
+        assert f"| lossless | fp32 | `{method}` | 2 |  |  |  |  | 2/2 |" in table
+    for name in ("humaneval", "specbench"):
+        for method in module.BENCH_METHODS:
+            assert f"| bench | {name} (2) | `{method}` | 2 |" in table
+        assert len(B.read_results(tmp_path / "o" / name)) == 2 * len(module.BENCH_METHODS)
+    assert "CUT" not in table

@@ -564,7 +564,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
     written = []
 
     # 1. MAT per category and method (grouped bars).
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(categories) * max(1, len(methods)) / 3), 4))
+    fig, ax = plt.subplots(figsize=(max(7, 0.3 * len(categories) * max(1, len(methods)) + 1.5), 4))
     width = 0.8 / max(1, len(methods))
     x = np.arange(len(categories))
     for j, m in enumerate(methods):
@@ -575,7 +575,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
     ax.set_xticklabels(categories, rotation=30, ha="right")
     ax.set_ylabel("MAT (tokens per step)")
     ax.axhline(1.0, color="#888888", lw=0.8)
-    ax.legend(fontsize=7, ncol=min(4, len(methods)))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title("Mean accepted tokens per step")
     fig.tight_layout()
     fig.savefig(out / "mat_per_category.png", dpi=120)
@@ -608,7 +608,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
         written.append("speedup.png")
 
     # 3. Histogram of tokens per step (a + 1) per method.
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 3.6))
     longest = max([max(r["accepted_lengths"], default=0) for r in rows] + [0]) + 1
     bins = np.arange(1, longest + 2)
     shown = [m for m in methods if m not in ("ar", "hf-greedy")] or methods
@@ -621,8 +621,9 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
         ax.bar(bins[:-1] + (j - (len(shown) - 1) / 2) * width, counts / counts.sum(), width,
                label=m, color=colors(methods.index(m) % 10))
     ax.set_xlabel("tokens per step (a + 1)")
+    ax.set_xticks(bins[:-1])
     ax.set_ylabel("fraction of steps")
-    ax.legend(fontsize=7, ncol=min(4, len(shown)))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title("Accepted lengths")
     fig.tight_layout()
     fig.savefig(out / "accepted_lengths.png", dpi=120)

@@ -1,7 +1,9 @@
 """The main job (``make demo``, ``python -m racer_ref.demo``).
 
-For now: a short walkthrough of the retrieval automaton on real text (issue 2). The
-function :func:`automaton_walkthrough` is self-contained so that a fuller demo can call it.
+:func:`main` runs RACER against plain greedy decoding on the default model, one prose and
+one code prompt, and prints the numbers (:func:`racer_ref.cli.run_demo`; the same as
+``racer-ref demo``). ``--walkthrough`` first shows the retrieval automaton at work on real
+text (:func:`automaton_walkthrough`, self-contained, no model needed).
 """
 
 from __future__ import annotations
@@ -151,8 +153,22 @@ def automaton_walkthrough(
     }
 
 
-def main() -> None:
-    automaton_walkthrough()
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    import argparse
+
+    from racer_ref.cli import run_demo
+
+    parser = argparse.ArgumentParser(
+        prog="python -m racer_ref.demo",
+        description="RACER against plain greedy decoding on the default model: one prose and one code prompt.")
+    parser.add_argument("--walkthrough", action="store_true",
+                        help="first walk the retrieval automaton through real text")
+    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    args = parser.parse_args(argv)
+    if args.walkthrough:
+        automaton_walkthrough()
+        print()
+    run_demo(max_new_tokens=args.max_new_tokens)
 
 
 if __name__ == "__main__":
