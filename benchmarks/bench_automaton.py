@@ -10,11 +10,16 @@ decoding loop with the paper's settings (max_nodes=10,000, ngram=10, capacity=64
                automaton.extend(root + the a accepted tokens)
 
 Only ``retrieve`` and ``extend`` are timed, through the Python API (the acceptance check
-stands in for the target model). Printed: median and p95 microseconds per step for Rust and
-for Python on the same steps (interleaved, so both see the same machine load), their ratio,
-and the resident memory (RSS) of the process while the Rust automaton consumes a
-1,000,000-token stream (the real text, cycled), to show that it stays flat once the trie is
-full. Targets (issue 2): Rust median < 20 us/step, Rust >= 30x faster, flat memory.
+stands in for the target model). Printed:
+
+* median and p95 microseconds per step for Rust and for Python, each backend running alone
+  on the same steps (several rounds, alternating order), and their ratio;
+* the same steps with the two backends interleaved in blocks (they must agree; Rust then
+  runs with colder CPU caches, closer to life between two forward passes of a model);
+* one ``extend`` call of many tokens per backend (the core's speed without a Python call per
+  step);
+* the resident memory (RSS) of the process while the Rust automaton consumes a
+  1,000,000-token stream (the real text, cycled), to show that it stays flat once full. Targets (issue 2): Rust median < 20 us/step, Rust >= 30x faster, flat memory.
 
 Run:  .venv/bin/python benchmarks/bench_automaton.py          (about a minute on 2 cores)
 Data: $RACER_REF_SHARED/data or ../shared/data next to the repository.
@@ -26,7 +31,9 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -160,11 +167,17 @@ def main() -> None:
                         help="tokens committed before timing, so that the trie is full")
     parser.add_argument("--steps", type=int, default=3_000,
                         help="timed steps, the same ones for both backends")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed rounds per backend (fresh automaton each)")
     parser.add_argument("--bulk-tokens", type=int, default=20_000,
                         help="tokens of the one-call extend comparison")
     parser.add_argument("--stream-tokens", type=int, default=1_000_000,
                         help="length of the memory run (Rust only)")
+    parser.add_argument("--memory-run", metavar="STREAM_NPY", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_run:
+        memory_run(args)
+        return
 
     from racer_ref import Automaton as RustAutomaton
     from racer_ref.reference import Automaton as PythonAutomaton
@@ -174,22 +187,43 @@ def main() -> None:
     print(f"settings: max_nodes={args.max_nodes:,} ngram={args.ngram} capacity={args.capacity}; "
           f"warm-up {args.warmup_tokens:,} tokens, then {args.steps:,} timed steps")
 
-    # ---- speed: the same steps on both backends, after the same warm-up -----------------
+    # ---- speed: each backend alone on the same steps, after the same warm-up --------------
+    classes = {"rust": RustAutomaton, "python": PythonAutomaton}
+    times = {"rust": [], "python": []}
+    for r in range(args.rounds):
+        # Alternate the order between rounds so that slow drifts of the machine's load
+        # affect both backends alike.
+        for name in (("rust", "python") if r % 2 == 0 else ("python", "rust")):
+            automaton = classes[name](args.max_nodes, args.ngram)
+            automaton.extend(stream[: args.warmup_tokens])
+            gc.collect()
+            us = np.zeros(args.steps)
+            tokens, steps = simulate(automaton, stream, args.warmup_tokens, args.steps, args.capacity, us)
+            times[name].append(us[:steps])
+    st = automaton.stats()
+    print(f"timed: {steps:,} steps x {args.rounds} rounds per backend, {tokens:,} tokens "
+          f"({tokens / steps:.2f} tokens/step), trie full ({st['nodes']:,} nodes, "
+          f"{st['evictions']:,} evictions so far)")
+    medians = {}
+    for name in ("rust", "python"):
+        us = np.concatenate(times[name])
+        medians[name] = np.median(us)
+        print(f"{name:>8}: median {medians[name]:8.2f} us/step   p95 {np.percentile(us, 95):8.2f} us/step")
+    print(f"   ratio: Python / Rust = {medians['python'] / medians['rust']:.1f}x (medians)")
+
+    # ---- the same steps interleaved: both agree; Rust with colder caches ------------------
     rust, python = RustAutomaton(args.max_nodes, args.ngram), PythonAutomaton(args.max_nodes, args.ngram)
     for automaton in (rust, python):
         automaton.extend(stream[: args.warmup_tokens])
-    gc.collect()
     rust_us, python_us, tokens, steps = simulate_side_by_side(
         rust, python, stream, args.warmup_tokens, args.steps, args.capacity
     )
-    st = rust.stats()
-    print(f"timed: {steps:,} steps, {tokens:,} tokens ({tokens / steps:.2f} tokens/step), "
-          f"trie full ({st['nodes']:,} nodes, {st['evictions']:,} evictions so far)")
-    for name, us in (("rust", rust_us), ("python", python_us)):
-        print(f"{name:>8}: median {np.median(us):8.2f} us/step   p95 {np.percentile(us, 95):8.2f} us/step")
-    ratio = np.median(python_us) / np.median(rust_us)
-    print(f"   ratio: Python / Rust = {ratio:.1f}x (medians)")
-    # The same work without a Python -> Rust call per step: one extend() of many tokens.
+    print(f"interleaved in blocks of 200 steps (same trees, same acceptance on both): Rust median "
+          f"{np.median(rust_us):.2f} us/step, p95 {np.percentile(rust_us, 95):.2f} us/step; the "
+          f"twin's work between blocks evicts Rust's data from the CPU caches, as a model's "
+          f"forward pass would")
+
+    # ---- the same work without a Python -> Rust call per step ---------------------------
     chunk = stream[args.warmup_tokens + tokens : args.warmup_tokens + tokens + args.bulk_tokens]
     per_token = []
     for automaton in (rust, python):
@@ -198,18 +232,36 @@ def main() -> None:
         per_token.append((time.perf_counter() - t0) / len(chunk) * 1e6)
     print(f"bulk extend of {len(chunk):,} tokens in one call (full trie): Rust {per_token[0]:.2f} "
           f"us/token, Python {per_token[1]:.2f} us/token, ratio {per_token[1] / per_token[0]:.1f}x")
+    assert rust.dump() == python.dump(), "the backends disagree"
 
-    # ---- memory: a long stream through the Rust automaton -------------------------------
+    # ---- memory: a long stream through the Rust automaton, in a fresh process ------------
+    # (This process holds the tokenizer and whatever the twin freed, which would hide the
+    # automaton's own few MiB in the RSS.)
     cycled = (stream * (args.stream_tokens // len(stream) + 2))[: args.stream_tokens + 64]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "stream.npy"
+        np.save(path, np.asarray(cycled, dtype=np.int64))
+        cmd = [sys.executable, __file__, "--memory-run", str(path),
+               "--max-nodes", str(args.max_nodes), "--ngram", str(args.ngram),
+               "--capacity", str(args.capacity), "--stream-tokens", str(args.stream_tokens)]
+        subprocess.run(cmd, check=True)
+
+
+def memory_run(args: argparse.Namespace) -> None:
+    """Simulated decoding of ``--stream-tokens`` tokens with the Rust automaton, printing
+    the process's RSS along the way (run in a fresh process by ``main``)."""
+    from racer_ref import Automaton as RustAutomaton
+
+    stream = np.load(args.memory_run).tolist()
     # Preallocated and written once, so that the timings do not grow the process.
     times = np.full(args.stream_tokens, np.nan)
     gc.collect()
     base, _ = rss_mib()
     automaton = RustAutomaton(args.max_nodes, args.ngram)
-    marks = [m for m in (10_000, 100_000, 250_000, 500_000, 750_000) if m < args.stream_tokens]
+    marks = [m for m in (1_000, 10_000, 100_000, 250_000, 500_000, 750_000) if m < args.stream_tokens]
     marks.append(args.stream_tokens)
-    print(f"memory: Rust, simulated decoding of {args.stream_tokens:,} tokens (the text cycled); "
-          f"RSS before the automaton {base:.1f} MiB")
+    print(f"memory: Rust, simulated decoding of {args.stream_tokens:,} tokens (the text cycled) "
+          f"in a fresh process; RSS before the automaton {base:.1f} MiB")
     state = {"next": 0}
 
     def report(pos: int) -> None:
@@ -220,7 +272,7 @@ def main() -> None:
             state["next"] += 1
 
     t0 = time.perf_counter()
-    tokens, steps = simulate(automaton, cycled, 0, args.stream_tokens, args.capacity, times, report)
+    tokens, steps = simulate(automaton, stream, 0, args.stream_tokens, args.capacity, times, report)
     elapsed = time.perf_counter() - t0
     rss, peak = rss_mib()
     us = times[:steps]
@@ -228,8 +280,8 @@ def main() -> None:
     print(f"   {tokens:,} tokens in {steps:,} steps ({elapsed:.1f} s including the simulation): "
           f"median {np.median(us):.2f} us/step, p95 {np.percentile(us, 95):.2f} us/step, "
           f"{tokens / steps:.2f} tokens/step, {st['evictions']:,} evictions")
-    print(f"   peak RSS of the process {peak:.1f} MiB; RSS now {rss:.1f} MiB "
-          f"({rss - base:+.1f} MiB for the automaton after 1M tokens)")
+    print(f"   peak RSS {peak:.1f} MiB; RSS now {rss:.1f} MiB ({rss - base:+.1f} MiB since before "
+          f"the automaton)")
 
 
 if __name__ == "__main__":
