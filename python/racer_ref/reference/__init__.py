@@ -3,11 +3,35 @@
 Same API, same results, written to be read: every class here mirrors one in
 ``rust/src/`` (see docs, "Rust core and Python twin side by side"). This package
 never imports the Rust extension.
+
+The names below are imported lazily (PEP 562), so that running a module as a
+walkthrough (``python -m racer_ref.reference.automaton``) does not import it twice.
 """
 
-from racer_ref.reference.automaton import Automaton
-from racer_ref.reference.copy_logit import CopyLogitTable
-from racer_ref.reference.draft_tree import DraftTree, build_draft_tree
-from racer_ref.reference.drafter import Drafter
+from __future__ import annotations
 
-__all__ = ["Automaton", "CopyLogitTable", "DraftTree", "Drafter", "build_draft_tree"]
+import importlib
+from typing import Any
+
+# name -> module of the twin that defines it
+_LAZY = {
+    "Automaton": "racer_ref.reference.automaton",
+    "CopyLogitTable": "racer_ref.reference.copy_logit",
+    "DraftTree": "racer_ref.reference.draft_tree",
+    "build_draft_tree": "racer_ref.reference.draft_tree",
+    "Drafter": "racer_ref.reference.drafter",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'racer_ref.reference' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__
