@@ -19,7 +19,7 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
   breadth-first; every prefix of that order is a valid tree). Because a smaller capacity
   keeps a prefix of the same order, one verified step tells us exactly how many tokens every
   smaller capacity would have accepted. Larger capacities are extrapolated and explored: every
-  ``explore_every`` steps one step uses the next larger candidate.
+  ``explore_every`` steps one step uses a candidate at least twice as large.
 
 Estimates are exponential moving averages, so the choice keeps adapting while generating.
 """
@@ -131,13 +131,14 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
                     repeats: int = 3, use_cache: bool = True) -> Dict[int, float]:
     """Median seconds of one verify pass over ``n`` tree tokens, for each ``n`` in ``sizes``,
     after ``prefix_length`` cached tokens, on the model's device and dtype (includes the
-    top-k and argmax over the logits that every step does).
+    top-k and argmax over the logits that every step does). Sizes are timed in interleaved
+    rounds, and the result is made non-decreasing in ``n`` (noise on a busy machine).
 
     Args:
         model: the target model.
         sizes: tree sizes (>= 1).
         prefix_length: tokens in the KV cache (>= 1; clipped to the context length).
-        repeats: timed passes per size (>= 1); one untimed warm-up pass runs first.
+        repeats: timed passes per size (>= 1), after one untimed warm-up pass per size.
         use_cache: reuse a profile measured earlier in this process.
 
     Returns:
@@ -165,23 +166,27 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     prefix_length = max(1, min(prefix_length, max_len - max(sizes) - 1))
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     rng = np.random.default_rng(0)
-    out: Dict[int, float] = {}
+    trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
+    samples: Dict[int, List[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
         forward_prompt(model, cache, prompt)
-        _pass(model, cache, chain_tree(sizes[0], vocab), prefix_length, 8)  # warm-up
-        for n in sizes:
-            tree = chain_tree(n, vocab, seed=n)
-            _pass(model, cache, tree, prefix_length, 8)
-            times = []
-            for _ in range(repeats):
+        for n in sizes:  # warm-up: one untimed pass per size (allocator, kernels)
+            _pass(model, cache, trees[n], prefix_length, 8)
+        # Rounds over all sizes, so that a burst of load from other processes hits every
+        # size alike instead of spoiling one.
+        for _ in range(repeats):
+            for n in sizes:
                 sync()
                 tic = time.perf_counter()
-                _pass(model, cache, tree, prefix_length, 8)
+                _pass(model, cache, trees[n], prefix_length, 8)
                 sync()
-                times.append(time.perf_counter() - tic)
-            out[n] = statistics.median(times)
+                samples[n].append(time.perf_counter() - tic)
+    medians = [statistics.median(samples[n]) for n in sizes]
+    # A pass over more tokens never costs less: where a smaller size measured slower than a
+    # larger one, that was noise; keep the smallest time seen at this size or any larger one.
+    out = {n: min(medians[i:]) for i, n in enumerate(sizes)}
     _PROFILES[key] = dict(out)
     return out
 
@@ -212,7 +217,8 @@ class CapacityController:
     Args:
         forward_seconds: ``{capacity: seconds per verify pass}`` (:func:`profile_forward`).
         decay: weight of the past in the moving averages, in ``[0, 1)``.
-        explore_every: every this many steps, try the next larger candidate once (0: never).
+        explore_every: every this many steps, try a larger candidate once (0: never): the
+            smallest one >= max(2 * choice, 8), or else the next larger one.
         start: the first capacity (default: the best by the prior).
 
     Raises:
@@ -265,7 +271,10 @@ class CapacityController:
         self.steps += 1
         capacity = self.choice
         if self.explore_every and self.steps % self.explore_every == 0:
-            larger = [c for c in self.candidates if c > self.choice]
+            # Explore a capacity at least twice the choice (and at least 8): one such step
+            # also tells us what every capacity below it would have accepted.
+            larger = [c for c in self.candidates if c >= max(2 * self.choice, 8) and c > self.choice]
+            larger = larger or [c for c in self.candidates if c > self.choice]
             if larger:
                 capacity = larger[0]
                 self.explored += 1
