@@ -33,8 +33,9 @@ $(EXT): $(RUST_SRC) | $(DEPS)
 demo: setup
 	$(PY) -m racer_ref.demo
 
-# Every test: the Rust unit tests, then pytest (Python twin, Rust-vs-Python, tutorials).
-test: setup test-rust test-python
+# Every test: the Rust unit tests, then pytest (Python twin, Rust-vs-Python, tutorials),
+# then the documentation's strict build (broken links, snippets or references fail).
+test: setup test-rust test-python docs
 
 test-rust:
 	cargo test --quiet
@@ -43,10 +44,10 @@ test-python: setup
 	$(PY) -m pytest -q
 
 docs: setup
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-serve: setup
-	$(VENV)/bin/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 clean:
 	rm -rf target $(VENV) site $(EXT)

@@ -1,0 +1,358 @@
+"""MkDocs hook: the site's figures, drawn at build time from the code itself.
+
+Every figure is computed by racer-ref's Python twin (or read from committed benchmark
+results) and drawn with matplotlib into an SVG that is added to the site as a generated
+file; nothing is committed as an image, so a figure cannot show an outdated algorithm.
+
+    figures/trie-failure-links.svg   the automaton of "abcabdab" (ngram 3), failure links,
+                                     matching state, failure chain and borders for root 'c'
+    figures/logits-tree-shape.svg    the logits tree of Eq. 3 (k = 8, C = 64, distinct tokens)
+    figures/draft-tree.svg           a merged draft tree: sources and the accepted path
+    figures/tree-mask.svg            its tree attention mask
+    figures/acceptance.svg           MAT per method from docs/data/bench/*.jsonl, when present
+
+Run ``python docs/hooks/figures.py OUTDIR`` to write them to a folder and look at them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DATA = ROOT / "docs" / "data" / "bench"
+
+
+def _importable() -> None:
+    """Make ``racer_ref`` importable from the source tree, even when it is not installed.
+
+    (MkDocs restores ``sys.path`` after loading a hook, so this runs at build time.)
+    """
+    if str(ROOT / "python") not in sys.path:
+        sys.path.insert(0, str(ROOT / "python"))
+
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+# Colours of the draft-tree sources (root, retrieval, logits, both), colour-blind safe.
+SOURCE_COLOURS = {0: "#bbbbbb", 1: "#4477aa", 2: "#ee6677", 3: "#aa3377"}
+SOURCE_NAMES = {0: "root", 1: "retrieval", 2: "logits", 3: "both"}
+
+
+# --------------------------------------------------------------------------------------
+# A tidy tree layout: leaves on consecutive slots, parents centred over their children.
+# --------------------------------------------------------------------------------------
+def tree_layout(parents: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """x, y of each node of a tree given by ``parents`` (-1 at the root, BFS order)."""
+    n = len(parents)
+    children: List[List[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            children[p].append(i)
+    x = np.zeros(n)
+    depth = np.zeros(n)
+    next_leaf = [0.0]
+
+    def place(i: int, d: int) -> None:
+        depth[i] = d
+        if not children[i]:
+            x[i] = next_leaf[0]
+            next_leaf[0] += 1
+            return
+        for c in children[i]:
+            place(c, d + 1)
+        x[i] = (x[children[i][0]] + x[children[i][-1]]) / 2
+
+    place(0, 0)
+    return x, depth
+
+
+def to_svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------
+# 1. The trie with failure links (the example of the automaton page and tutorial 2).
+# --------------------------------------------------------------------------------------
+def trie_failure_links() -> str:
+    from racer_ref.reference import Automaton
+
+    letters = "abcd"
+    automaton = Automaton(max_nodes=100, ngram=3)
+    automaton.extend([letters.index(c) for c in "abcabdab"])
+    dump = automaton.dump()
+    ids = lambda s: tuple(int(t) for t in s.split())  # noqa: E731
+    pattern = re.compile(r"state \[([\d ]*)\] freq=(\d+) fail=\[([\d ]*)\]")
+    states = [(ids(m.group(1)), int(m.group(2)), ids(m.group(3)))
+              for m in map(pattern.match, dump.splitlines()) if m]
+    matching = ids(re.search(r"matching=\[([\d ]*)\]", dump).group(1))
+    order = [()] + [s for s, _, _ in states]
+    index = {s: i for i, s in enumerate(order)}
+    parents = [-1] + [index[s[:-1]] for s in order[1:]]
+    freq = {s: f for s, f, _ in states}
+    fail = {s: f for s, _, f in states}
+    # The failure chain of the matching state and the borders for root 'c'.
+    chain = [matching]
+    while chain[-1] != ():
+        chain.append(fail[chain[-1]])
+    root = letters.index("c")
+    borders = [s + (root,) for s in chain if s + (root,) in index and len(s) + 1 >= 2]
+    x, depth = tree_layout(parents)
+    y = -depth
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ax.plot([x[p], x[i]], [y[p], y[i]], color="#444444", lw=1.2, zorder=1)
+    for s, f in fail.items():
+        i, j = index[s], index[f]
+        to_root = f == ()
+        ax.annotate(
+            "", xy=(x[j], y[j]), xytext=(x[i], y[i]),
+            arrowprops=dict(arrowstyle="-|>", color="#cccccc" if to_root else "#ee7733",
+                            lw=0.8 if to_root else 1.3, ls="--",
+                            connectionstyle="arc3,rad=0.25", shrinkA=9, shrinkB=9),
+            zorder=0,
+        )
+    for s, i in index.items():
+        on_chain = s in chain
+        face = "#ccddaa" if s in borders else ("#fff2cc" if on_chain else "white")
+        edge = "#222222" if s == matching else "#666666"
+        ax.scatter([x[i]], [y[i]], s=620, c=face, edgecolors=edge,
+                   linewidths=2.5 if s == matching else 1, zorder=2)
+        label = "∅" if s == () else "".join(letters[t] for t in s)
+        ax.text(x[i], y[i], label, ha="center", va="center", fontsize=9, zorder=3)
+        if s != ():
+            ax.text(x[i], y[i] - 0.3, f"{freq[s]}", ha="center", va="center", fontsize=7,
+                    color="#555555")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[
+            Line2D([], [], color="#ee7733", ls="--", label="failure link"),
+            Line2D([], [], color="#cccccc", ls="--", label="failure link to the root"),
+            Patch(facecolor="white", edgecolor="#222222", lw=2.5, label="matching state 'dab'"),
+            Patch(facecolor="#fff2cc", edgecolor="#666666", label="its failure chain"),
+            Patch(facecolor="#ccddaa", edgecolor="#666666", label="borders for root 'c'"),
+        ],
+        loc="lower left", fontsize=7, frameon=False, bbox_to_anchor=(0.0, -0.28), ncol=3,
+    )
+    ax.set_title("Trie of 'abcabdab' (ngram = 3): node string, frequency below", fontsize=10)
+    ax.axis("off")
+    ax.set_ylim(y.min() - 0.5, 0.4)
+    return to_svg(fig)
+
+
+# --------------------------------------------------------------------------------------
+# 2. The logits tree shape of Eq. 3.
+# --------------------------------------------------------------------------------------
+def logits_tree_shape(k: int = 8, capacity: int = 64) -> str:
+    from racer_ref import Drafter
+
+    # Row v of the table holds the ids 8v+1 .. 8v+8: every node of the tree is distinct.
+    rows = 700
+    drafter = Drafter(method="logits", vocab_size=k * rows + k + 1, capacity=capacity,
+                      breadth=k, backend="python")
+    token_ids = np.arange(rows)
+    drafter.observe(token_ids, k * token_ids[:, None] + 1 + np.arange(k)[None, :])
+    tree = drafter.draft(0)
+    parents = tree.parents.tolist()
+    # Breadth of each node by Eq. 3 (root k; child j of p: max(1, b_p >> (j + [p != root]))).
+    breadth = [k] + [0] * (len(parents) - 1)
+    rank: Dict[int, int] = {}
+    for i in range(1, len(parents)):
+        p = parents[i]
+        j = rank.get(p, 0)
+        rank[p] = j + 1
+        breadth[i] = max(1, breadth[p] >> (j + (p != 0)))
+    counts = np.bincount(tree.depths).tolist()
+    x, depth = tree_layout(parents)
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ax.plot([x[p], x[i]], [-depth[p], -depth[i]], color="#888888", lw=0.8, zorder=1)
+    colours = plt.get_cmap("viridis")(np.log2(np.array(breadth)) / np.log2(k))
+    ax.scatter(x, -depth, s=150, c=colours, edgecolors="#333333", linewidths=0.6, zorder=2)
+    for i, b in enumerate(breadth):
+        ax.text(x[i], -depth[i], str(b), ha="center", va="center", fontsize=6,
+                color="white" if b < k else "black", zorder=3)
+    for d, c in enumerate(counts):
+        ax.text(x.max() + 1.5, -d, f"depth {d}: {c}", va="center", fontsize=8)
+    ax.set_title(f"Logits tree, k = {k}, C = {capacity}, all tokens distinct: "
+                 f"{' / '.join(map(str, counts))} nodes per depth (labels: breadth b)", fontsize=10)
+    ax.axis("off")
+    return to_svg(fig)
+
+
+# --------------------------------------------------------------------------------------
+# 3 and 4. A merged draft tree with sources and the accepted path, and its mask.
+# --------------------------------------------------------------------------------------
+DRAFT_TEXT = (
+    "def add ( a , b ) : return a + b ; "
+    "def sub ( a , b ) : return a - b ; "
+    "def diff ( a , b ) : return"
+)
+DRAFT_TRUTH = "a - b ; def"
+
+
+def example_draft_tree():
+    """(tree, words, accepted node indices) for the figures: a short code context."""
+    from racer_ref import Drafter
+
+    words = DRAFT_TEXT.split() + DRAFT_TRUTH.split()
+    vocab: Dict[str, int] = {}
+    for w in words:
+        vocab.setdefault(w, len(vocab))
+    context = [vocab[w] for w in DRAFT_TEXT.split()]
+    truth = [vocab[w] for w in DRAFT_TRUTH.split()]
+    k = 3
+    # ngram = 4 keeps the retrieval paths short, so that the logits tree shows too.
+    drafter = Drafter(method="racer", vocab_size=len(vocab), capacity=16, breadth=k,
+                      ngram=4, backend="python")
+    # A stand-in for the target's top-k at each context position: the word that really came
+    # next, then the words that followed the same word elsewhere, then the most frequent.
+    follow: Dict[int, List[int]] = {}
+    for a, b in zip(context, context[1:]):
+        follow.setdefault(a, []).append(b)
+    frequent = [t for t, _ in sorted(((t, context.count(t)) for t in set(context)),
+                                     key=lambda kv: (-kv[1], kv[0]))]
+    topk = []
+    for i, t in enumerate(context[:-1]):
+        row = [context[i + 1]]
+        for c in follow.get(t, []) + frequent:
+            if c not in row:
+                row.append(c)
+        topk.append(row[:k])
+    drafter.observe(context[:-1], np.array(topk))
+    # The last context token is the root: committed tokens are everything before it.
+    drafter.commit(context[:-1])
+    tree = drafter.draft(context[-1])
+    # The accepted path: follow the true continuation down the tree.
+    children: Dict[int, List[int]] = {}
+    for i, p in enumerate(tree.parents.tolist()):
+        children.setdefault(p, []).append(i)
+    accepted = [0]
+    for t in truth:
+        nxt = [c for c in children.get(accepted[-1], []) if tree.tokens[c] == t]
+        if not nxt:
+            break
+        accepted.append(nxt[0])
+    id_to_word = {i: w for w, i in vocab.items()}
+    return tree, [id_to_word[int(t)] for t in tree.tokens], accepted
+
+
+def draft_tree_figure() -> str:
+    tree, words, accepted = example_draft_tree()
+    parents = tree.parents.tolist()
+    x, depth = tree_layout(parents)
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for i, p in enumerate(parents):
+        if p >= 0:
+            on_path = i in accepted and p in accepted
+            ax.plot([x[p], x[i]], [-depth[p], -depth[i]], color="#222222" if on_path else "#999999",
+                    lw=3 if on_path else 1, zorder=1)
+    for i, w in enumerate(words):
+        src = int(tree.sources[i])
+        ax.scatter([x[i]], [-depth[i]], s=900, c=SOURCE_COLOURS[src],
+                   edgecolors="#000000" if i in accepted else "#666666",
+                   linewidths=3 if i in accepted else 0.8, zorder=2)
+        ax.text(x[i], -depth[i], f"{i}\n{w}", ha="center", va="center", fontsize=7,
+                color="white" if src in (1, 3) else "black", zorder=3)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor=c, label=SOURCE_NAMES[s]) for s, c in SOURCE_COLOURS.items()],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title(f"Draft tree for root 'return' after '... def diff ( a , b ) :' "
+                 f"({len(words)} nodes, capacity 16, k = 3, ngram = 4)\naccepted: "
+                 f"{' '.join(words[i] for i in accepted[1:])!r} (a = {len(accepted) - 1})",
+                 fontsize=9)
+    ax.set_ylim(-depth.max() - 0.5, 0.5)
+    ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
+    ax.axis("off")
+    return to_svg(fig)
+
+
+def tree_mask_figure() -> str:
+    tree, words, accepted = example_draft_tree()
+    mask = tree.attention_mask
+    n = len(words)
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    ax.imshow(mask, cmap="Blues", vmin=0, vmax=1.4)
+    labels = [f"{i} {w}" for i, w in enumerate(words)]
+    ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(n), labels, fontsize=7)
+    ax.set_xlabel("key (node j)")
+    ax.set_ylabel("query (node i)")
+    for i in accepted:
+        ax.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, ec="#aa3377", lw=1.2))
+    ax.set_title("mask[i, j]: j is i or an ancestor of i\n(accepted path's rows outlined)",
+                 fontsize=9)
+    return to_svg(fig)
+
+
+# --------------------------------------------------------------------------------------
+# 5. Acceptance from committed benchmark results (docs/data/bench/<name>/results.jsonl).
+# --------------------------------------------------------------------------------------
+def acceptance_figure() -> str:
+    runs = sorted(BENCH_DATA.glob("*/results.jsonl"))
+    fig, axes = plt.subplots(1, max(1, len(runs)), figsize=(4.5 * max(1, len(runs)), 3.2),
+                             squeeze=False)
+    for ax, path in zip(axes[0], runs):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        methods = list(dict.fromkeys(r["method"] for r in rows))
+        mat = []
+        for m in methods:
+            rs = [r for r in rows if r["method"] == m]
+            steps = sum(r["steps"] for r in rs)
+            # MAT over all steps of all prompts: sum of (a + 1) = tokens emitted by verify steps.
+            mat.append(sum(r["mean_accepted_tokens"] * r["steps"] for r in rs) / max(steps, 1))
+        ax.barh(methods, mat, color="#4477aa")
+        for i, v in enumerate(mat):
+            ax.text(v, i, f" {v:.2f}", va="center", fontsize=8)
+        ax.set_title(path.parent.name, fontsize=9)
+        ax.set_xlabel("MAT (mean accepted tokens per step)")
+        ax.set_xlim(0, max(mat) * 1.2 if mat else 1)
+    if not runs:
+        axes[0][0].text(0.5, 0.5, "no benchmark results committed yet", ha="center")
+        axes[0][0].axis("off")
+    return to_svg(fig)
+
+
+FIGURES: Dict[str, Callable[[], str]] = {
+    "figures/trie-failure-links.svg": trie_failure_links,
+    "figures/logits-tree-shape.svg": logits_tree_shape,
+    "figures/draft-tree.svg": draft_tree_figure,
+    "figures/tree-mask.svg": tree_mask_figure,
+    "figures/acceptance.svg": acceptance_figure,
+}
+
+
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    _importable()
+    plt.rcParams["svg.hashsalt"] = "racer-ref"  # stable ids: identical SVGs on every build
+    for name, draw in FIGURES.items():
+        files.append(File.generated(config, name, content=draw()))
+    return files
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "figures-out")
+    out.mkdir(parents=True, exist_ok=True)
+    _importable()
+    plt.rcParams["svg.hashsalt"] = "racer-ref"
+    for name, draw in FIGURES.items():
+        (out / Path(name).name).write_text(draw())
+        print("wrote", out / Path(name).name)
