@@ -12,13 +12,13 @@
 Run it with `python tutorials/01_ngrams_and_the_trie.py` (a second; no model needed).
 """
 
+# --8<-- [start:tokens]
 import re
 from collections import Counter
 
 import racer_ref
 from racer_ref.reference import Automaton
 
-# --8<-- [start:tokens]
 # A language model sees token ids, not words. We make our own tiny tokenizer: one id per
 # distinct word, in order of first appearance, so the ids are easy to follow.
 text = "the cat sat on the mat . the cat ate the rat ."

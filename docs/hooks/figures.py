@@ -305,27 +305,43 @@ def tree_mask_figure() -> str:
 # 5. Acceptance from committed benchmark results (docs/data/bench/<name>/results.jsonl).
 # --------------------------------------------------------------------------------------
 def acceptance_figure() -> str:
+    """Per committed run: MAT per method (bars) and the distribution of the accepted length
+    a over all steps (how often a step accepted 0, 1, 2, ... drafts), from results.jsonl."""
     runs = sorted(BENCH_DATA.glob("*/results.jsonl"))
-    fig, axes = plt.subplots(1, max(1, len(runs)), figsize=(4.5 * max(1, len(runs)), 3.2),
-                             squeeze=False)
-    for ax, path in zip(axes[0], runs):
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        methods = list(dict.fromkeys(r["method"] for r in rows))
-        mat = []
-        for m in methods:
-            rs = [r for r in rows if r["method"] == m]
-            steps = sum(r["steps"] for r in rs)
-            # MAT over all steps of all prompts: sum of (a + 1) = tokens emitted by verify steps.
-            mat.append(sum(r["mean_accepted_tokens"] * r["steps"] for r in rs) / max(steps, 1))
-        ax.barh(methods, mat, color="#4477aa")
-        for i, v in enumerate(mat):
-            ax.text(v, i, f" {v:.2f}", va="center", fontsize=8)
-        ax.set_title(path.parent.name, fontsize=9)
-        ax.set_xlabel("MAT (mean accepted tokens per step)")
-        ax.set_xlim(0, max(mat) * 1.2 if mat else 1)
     if not runs:
-        axes[0][0].text(0.5, 0.5, "no benchmark results committed yet", ha="center")
-        axes[0][0].axis("off")
+        fig, ax = plt.subplots(figsize=(6, 1.2))
+        ax.text(0.5, 0.5, "no benchmark results committed yet (docs/data/bench/<set>/results.jsonl)",
+                ha="center", va="center", fontsize=9)
+        ax.axis("off")
+        return to_svg(fig)
+    fig, axes = plt.subplots(len(runs), 2, figsize=(10, 3.2 * len(runs)), squeeze=False)
+    for (ax_mat, ax_hist), path in zip(axes, runs):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
+        lengths = {m: [a for r in rows if r["method"] == m for a in r.get("accepted_lengths") or []]
+                   for m in methods}
+        # MAT over all steps of all prompts: the mean of a + 1 (racer-spec.md, Terms).
+        mat = [float(np.mean(lengths[m]) + 1) if lengths[m] else
+               sum(r["mean_accepted_tokens"] * r["steps"] for r in rows if r["method"] == m)
+               / max(1, sum(r["steps"] for r in rows if r["method"] == m)) for m in methods]
+        ax_mat.barh(methods, mat, color="#4477aa")
+        for i, v in enumerate(mat):
+            ax_mat.text(v, i, f" {v:.2f}", va="center", fontsize=8)
+        ax_mat.invert_yaxis()
+        ax_mat.set_xlim(0, max(mat) * 1.2)
+        ax_mat.set_xlabel("MAT (mean of a + 1 over all steps)")
+        ax_mat.set_title(f"{path.parent.name}: {len({r['prompt_id'] for r in rows})} prompts", fontsize=9)
+        top = max((max(v) for v in lengths.values() if v), default=0)
+        bins = np.arange(top + 2)
+        for m in methods:
+            if lengths[m] and m not in ("ar", "hf-greedy"):
+                share = np.bincount(lengths[m], minlength=top + 1) / len(lengths[m])
+                ax_hist.plot(bins[:-1], share, marker="o", ms=3, label=m)
+        ax_hist.set_xlabel("accepted length a per step")
+        ax_hist.set_ylabel("share of steps")
+        ax_hist.legend(fontsize=7, frameon=False)
+        ax_hist.set_title("distribution of the accepted length", fontsize=9)
+    fig.tight_layout()
     return to_svg(fig)
 
 
