@@ -40,6 +40,8 @@ RUST_SRC = ROOT / "rust" / "src"
 
 _DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)@code[ \t]+(?P<path>\S+)[ \t]+(?P<name>\S+)[ \t]*$", re.M)
 _DOCSTRING = re.compile(r"^@docstring[ \t]+(?P<path>\S+)[ \t]*$", re.M)
+_BENCH = re.compile(r"^@bench-results[ \t]*$", re.M)
+BENCH_DATA = ROOT / "docs" / "data" / "bench"
 _OUTPUT = re.compile(r"^(?P<indent>[ \t]*)@output[ \t]+(?P<path>\S+)[ \t]+(?P<section>\d+)[ \t]*$", re.M)
 
 
@@ -249,6 +251,43 @@ def output_section(path_str: str, section: int) -> str:
     return "\n".join(out)
 
 
+def bench_results() -> str:
+    """Markdown for every committed benchmark run ``docs/data/bench/<set>/`` (``results.jsonl``
+    and ``meta.json`` as ``racer-ref bench --out`` writes them): the run's settings and
+    hardware, then the tables of ``racer_ref.bench.summary_tables``, the same code that
+    writes ``summary.md``."""
+    import json
+    import sys
+
+    if str(ROOT / "python") not in sys.path:
+        sys.path.insert(0, str(ROOT / "python"))
+    from racer_ref.bench import read_results, summary_tables
+
+    runs = sorted(p.parent for p in BENCH_DATA.glob("*/results.jsonl"))
+    if not runs:
+        return textwrap.dedent("""\
+            !!! warning "No decoding benchmark recorded yet"
+                Run the commands above, then copy `results.jsonl` and `meta.json` from the
+                `--out` folder into `docs/data/bench/<set>/`; this section and the plot
+                below are drawn from them at build time.
+            """)
+    keys = ["model", "device", "cpu", "torch_threads", "dtype", "attn_implementation",
+            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "torch",
+            "transformers", "date"]
+    parts = []
+    for run in runs:
+        meta = json.loads((run / "meta.json").read_text()) if (run / "meta.json").is_file() else {}
+        rows = read_results(run)
+        lines = [f"### {run.name}", ""]
+        lines += [f"- {k.replace('_', ' ')}: {meta[k]}" for k in keys if meta.get(k) is not None]
+        lines.append(f"- prompts: {len({r['prompt_id'] for r in rows})}; runs: {len(rows)}; "
+                     f"data: `{run.relative_to(ROOT).as_posix()}/`")
+        tables = summary_tables(rows, meta.get("methods"))
+        lines += ["", re.sub(r"^### ", "#### ", tables, flags=re.M)]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     def replace(m: "re.Match[str]") -> str:
         lang, src = quote(m.group("path"), m.group("name"))
@@ -263,6 +302,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return textwrap.indent(block, m.group("indent"))
 
     markdown = _DOCSTRING.sub(lambda m: module_docstring(m.group("path")), markdown)
+    if _BENCH.search(markdown):
+        markdown = _BENCH.sub(lambda m: bench_results(), markdown)
     markdown = _OUTPUT.sub(replace_output, markdown)
     return _DIRECTIVE.sub(replace, markdown)
 

@@ -337,6 +337,9 @@ def acceptance_figure() -> str:
             if lengths[m] and m not in ("ar", "hf-greedy"):
                 share = np.bincount(lengths[m], minlength=top + 1) / len(lengths[m])
                 ax_hist.plot(bins[:-1], share, marker="o", ms=3, label=m)
+        from matplotlib.ticker import MaxNLocator
+
+        ax_hist.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax_hist.set_xlabel("accepted length a per step")
         ax_hist.set_ylabel("share of steps")
         ax_hist.legend(fontsize=7, frameon=False)
