@@ -140,3 +140,25 @@ def test_backends_agree_on_random_streams():
                 t.observe(tokens, topk)
         assert snapshot(tables[0]) == snapshot(tables[1])
         assert tables[0].num_seen == tables[1].num_seen
+
+
+@pytest.mark.parametrize("vocab_size, k, exc, text", [
+    (True, 1, TypeError, "vocab_size: must be an int, got bool"),
+    (10, True, TypeError, "breadth: must be an int, got bool"),
+    (10.0, 2, TypeError, "vocab_size: must be an int, got float"),
+    (2**64, 1, ValueError, "vocab_size: is out of range"),
+])
+def test_regress_constructor_reads_ints_like_the_automaton(make_table, vocab_size, k, exc, text):
+    with pytest.raises(exc, match=text):
+        make_table(vocab_size, k)
+
+
+def test_regress_row_lookups_refuse_non_ints(make_table):
+    table = make_table(10, 2)
+    table.observe([1], [[2, 3]])
+    for token, exc in [(True, TypeError), (1.5, TypeError), (2**64, ValueError)]:
+        with pytest.raises(exc, match="token: "):
+            table.row(token)
+        with pytest.raises(exc, match="token: "):
+            table.is_seen(token)
+    assert table.row(np.int64(1)) == [2, 3] and table.is_seen(np.uint8(1))

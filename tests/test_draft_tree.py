@@ -137,8 +137,8 @@ BAD_BUILD = [
     (0, 0, [], None, None, ValueError, "capacity"),
     (0, -1, [], None, None, ValueError, "capacity"),
     (0, 4097, [], None, None, ValueError, "capacity"),
-    (0, 2.5, [], None, None, TypeError, "integer"),
-    (1.5, 4, [], None, None, TypeError, "integer"),
+    (0, 2.5, [], None, None, TypeError, "capacity: must be an int"),
+    (1.5, 4, [], None, None, TypeError, "root: must be an int"),
     (-1, 4, [], None, None, ValueError, "root"),
     (10, 4, [], {}, None, ValueError, "root"),
     (0, 4, [[1, 2]], None, None, ValueError, "start with the root"),
@@ -147,12 +147,19 @@ BAD_BUILD = [
     (0, 4, [[0, -2]], None, None, ValueError, "retrieval_paths"),
     (0, 4, [], {}, [1], ValueError, "last_topk"),
     (0, 4, [], {}, [1, 10], ValueError, "last_topk"),
+    # regressions: bool is not an int, 2-D top-k ids are not flattened, tables are typed
+    (True, 4, [], None, None, TypeError, "root: must be an int, got bool"),
+    (0, True, [], None, None, TypeError, "capacity: must be an int, got bool"),
+    (0, 4, [[0, True]], None, None, TypeError, "retrieval_paths: must be an int, got bool"),
+    (0, 2**64, [], None, None, ValueError, "capacity: is out of range"),
+    (0, 4, [], {}, [[1, 2]], ValueError, "last_topk: expected a 1-D array"),
 ]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("root, capacity, paths, rows, topk, exc, word", BAD_BUILD)
 def test_bad_build_input(backend, root, capacity, paths, rows, topk, exc, word):
+    """(Includes the test_regress_ cases at the end of BAD_BUILD.)"""
     table = None if rows is None else make_table(backend, 10, 2, rows)
     with pytest.raises(exc, match=word):
         build(backend, root, capacity, paths, table, topk)
@@ -330,3 +337,12 @@ def test_rust_equals_python_random_cases():
             trees[1].validate(vocab)
             check_properties(trees[1], vocab, k, rows if case % 4 else {}, root, paths, capacity,
                              topk if case % 4 else None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_regress_none_paths_and_a_wrong_table_type(backend):
+    # retrieval_paths=None means "no paths" on both backends, as in the stub
+    tree = build(backend, 3, 4, None, None, None)
+    assert tree.tokens.tolist() == [3]
+    with pytest.raises(TypeError, match="CopyLogitTable"):
+        build(backend, 3, 4, [], 5, None)

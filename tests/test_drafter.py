@@ -345,3 +345,81 @@ def test_backends_agree_on_any_call_sequence(case):
             trees[1].validate(config["vocab_size"])
     assert drafters[0].num_committed == drafters[1].num_committed
     assert drafters[0].automaton_nodes == drafters[1].automaton_nodes
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by adversarial testing: integer arguments are read alike on both
+# backends (bool and float refused, ints past 64 bits a ValueError, None = default).
+# --------------------------------------------------------------------------------------
+
+
+def raised(call) -> tuple[str, str]:
+    """``(exception class name, message)`` of ``call()``, or ``("ok", repr(result))``."""
+    try:
+        return "ok", repr(call())
+    except Exception as error:  # noqa: BLE001 - we compare whatever was raised
+        return type(error).__name__, str(error)
+
+
+REGRESS_CONSTRUCTOR = [
+    (dict(vocab_size=True), "TypeError", "vocab_size: must be an int, got bool"),
+    (dict(vocab_size=10.0), "TypeError", "vocab_size: must be an int, got float"),
+    (dict(vocab_size=2**64), "ValueError", "vocab_size: is out of range"),
+    (dict(vocab_size=50, capacity=True), "TypeError", "capacity: must be an int, got bool"),
+    (dict(vocab_size=50, capacity=2**64), "ValueError", "capacity: is out of range"),
+    (dict(vocab_size=50, breadth=8.0), "TypeError", "breadth: must be an int, got float"),
+    (dict(vocab_size=50, breadth=2**63), "ValueError", "breadth: is out of range"),
+    (dict(vocab_size=50, ngram=True), "TypeError", "ngram: must be an int, got bool"),
+    (dict(vocab_size=50, max_nodes=2**64), "ValueError", "max_nodes: is out of range"),
+    (dict(vocab_size=50, min_border_depth=True), "TypeError", "min_border_depth: must be an int"),
+    (dict(vocab_size=50, method=3), "TypeError", "method: must be a str, got int"),
+    # a kind error wins over a range error of an earlier argument, on both backends
+    (dict(vocab_size=50, breadth=0, ngram=2.5), "TypeError", "ngram: must be an int"),
+    # None means the default (as in Automaton), except for the required vocab_size
+    (dict(vocab_size=50, capacity=None, ngram=None, min_border_depth=None), "ok", "capacity=64"),
+]
+
+
+@pytest.mark.parametrize("kwargs, kind, text", REGRESS_CONSTRUCTOR)
+def test_regress_constructor_reads_ints_alike(kwargs, kind, text):
+    outcomes = [raised(lambda b=b: Drafter(**kwargs, backend=b)) for b in ("rust", "python")]
+    assert outcomes[0][0] == outcomes[1][0] == kind
+    assert text in outcomes[0][1] and text in outcomes[1][1]
+    if kind != "ok":
+        assert outcomes[0][1] == outcomes[1][1]
+
+
+@pytest.mark.parametrize("method", ["racer", "pld"])
+def test_regress_root_and_table_row_refuse_bool_float_and_huge_ints(method):
+    for backend in ("rust", "python"):
+        d = Drafter(method, vocab_size=20, capacity=8, breadth=2, ngram=3, max_nodes=30, backend=backend)
+        d.observe([1, 2], [[2, 3], [3, 4]])
+        d.commit([1, 2, 1])
+        before = (d.num_committed, d.table_row(1), d.draft(1).tokens.tolist())
+        for root, exc, text in [(True, TypeError, "root: must be an int, got bool"),
+                                (1.0, TypeError, "root: must be an int, got float"),
+                                (2**64, ValueError, "root: is out of range")]:
+            with pytest.raises(exc, match=text):
+                d.draft(root)
+        for token, exc in [(True, TypeError), (1.0, TypeError), (2**64, ValueError)]:
+            with pytest.raises(exc, match="token: "):
+                d.table_row(token)
+        assert d.table_row(-1) == d.table_row(99) == []
+        assert (d.num_committed, d.table_row(1), d.draft(1).tokens.tolist()) == before
+
+
+def test_regress_ragged_and_uint64_ids_are_named_value_errors():
+    for backend in ("rust", "python"):
+        d = Drafter("racer", vocab_size=20, capacity=8, breadth=2, backend=backend)
+        with pytest.raises(ValueError, match="token_ids: not an array of ids"):
+            d.commit([[1], [2, 3]])
+        with pytest.raises(ValueError, match="topk_ids: not an array of ids"):
+            d.observe([1, 2], [[1, 2], [3]])
+        # uint64 ids past 2**63 (also what numpy makes of the Python int 2**63) must not
+        # wrap to small or negative ids: they are out of range, reported as huge.
+        for ids in (np.array([2**64 - 1], dtype=np.uint64), [2**63]):
+            with pytest.raises(ValueError, match=r"token_ids: token id \d{19,} at index 0"):
+                d.commit(ids)
+            with pytest.raises(ValueError, match=r"topk_ids: token id \d{19,} at \[0, 1\]"):
+                d.observe([1], np.array([[1, 2**63]], dtype=np.uint64))
+        assert d.num_committed == 0 and d.table_row(1) == []

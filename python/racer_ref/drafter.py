@@ -53,9 +53,12 @@ class Drafter:
         min_border_depth: shallowest border depth retrieved from (spec: 2).
         backend: ``"rust"`` (fast) or ``"python"`` (the teaching twin).
 
+    ``None`` for a parameter means its default; ``vocab_size`` has no default.
+
     Raises:
         ValueError: unknown method or backend, or a parameter out of range.
-        TypeError: ``vocab_size`` missing or a non-integer parameter.
+        TypeError: ``vocab_size`` missing, ``method`` not a string, or a parameter that is
+            not an int (bool and float included). Both backends raise the same errors.
 
     State lifetime: one drafter holds one automaton, copy-logit table and history; use a
     new drafter (or ``reset()``) per request, or keep it across requests for the paper's

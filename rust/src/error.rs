@@ -15,10 +15,16 @@ pub enum Error {
 
 impl Error {
     pub fn value(arg: &'static str, msg: impl Into<String>) -> Self {
-        Error::Value { arg, msg: msg.into() }
+        Error::Value {
+            arg,
+            msg: msg.into(),
+        }
     }
     pub fn type_(arg: &'static str, msg: impl Into<String>) -> Self {
-        Error::Type { arg, msg: msg.into() }
+        Error::Type {
+            arg,
+            msg: msg.into(),
+        }
     }
 }
 

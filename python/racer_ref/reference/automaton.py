@@ -43,8 +43,12 @@ EPOCH_SLOTS = 1024
 # ======================================================================================
 
 
-def _int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits."""
+def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
+    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits.
+
+    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
+    that all of them are refused the same way as in the Rust wrappers.
+    """
     where = "" if index is None else f"element {index} "
     # bool is a subclass of int in Python, but True is not a token id: refuse it.
     if isinstance(value, bool):
@@ -82,7 +86,9 @@ def _read_tokens(tokens: Iterable[Any]) -> List[int]:
             raise TypeError(f"tokens: must be an array of ints, got dtype {tokens.dtype}")
         if tokens.ndim != 1:
             raise ValueError(f"tokens: must be 1-D, got shape {tokens.shape}")
-        values = tokens.tolist()
+        # np.asarray first: an ndarray subclass (a masked array, say) is read as its
+        # plain data, as the Rust core and np.asarray read it.
+        values = np.asarray(tokens).tolist()
         return [_check_token("tokens", i, v) for i, v in enumerate(values)]
     try:
         items = iter(tokens)
@@ -92,7 +98,7 @@ def _read_tokens(tokens: Iterable[Any]) -> List[int]:
         ) from None
     # Materialise the whole input first: a generator can only be read once, and nothing
     # may be committed before every element has been checked.
-    return [_check_token("tokens", i, _int_value(v, "tokens", i)) for i, v in enumerate(items)]
+    return [_check_token("tokens", i, int_value(v, "tokens", i)) for i, v in enumerate(items)]
 
 
 # ======================================================================================
@@ -168,12 +174,12 @@ class Automaton:
         min_border_depth: Optional[int] = 2,
     ) -> None:
         # Kinds first (TypeError), then ranges (ValueError); same order as Rust.
-        ngram = 10 if ngram is None else _int_value(ngram, "ngram")
-        max_nodes = 10_000 if max_nodes is None else _int_value(max_nodes, "max_nodes")
+        ngram = 10 if ngram is None else int_value(ngram, "ngram")
+        max_nodes = 10_000 if max_nodes is None else int_value(max_nodes, "max_nodes")
         if min_border_depth is None:
             min_border_depth = 2
         else:
-            min_border_depth = _int_value(min_border_depth, "min_border_depth")
+            min_border_depth = int_value(min_border_depth, "min_border_depth")
         if not 2 <= ngram <= MAX_NGRAM:
             raise ValueError(f"ngram: must be in [2, {MAX_NGRAM}], got {ngram}")
         # One full window is a path of ngram nodes, so the trie must hold at least that.
@@ -467,7 +473,7 @@ class Automaton:
         Raises:
             TypeError, ValueError: ``root`` is not an int in ``[0, 2**32 - 1]``.
         """
-        root = _check_token("root", None, _int_value(root, "root"))
+        root = _check_token("root", None, int_value(root, "root"))
         return [b.path() for b in self._collect_borders(root)]
 
     def retrieve(self, root: int, capacity: int) -> List[List[int]]:
@@ -486,8 +492,8 @@ class Automaton:
         Raises:
             TypeError, ValueError: bad ``root`` or ``capacity`` (nothing changes).
         """
-        root = _check_token("root", None, _int_value(root, "root"))
-        capacity = _check_capacity(_int_value(capacity, "capacity"))
+        root = _check_token("root", None, int_value(root, "root"))
+        capacity = _check_capacity(int_value(capacity, "capacity"))
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
         # kept[r] = [token, depth, children ranks]; rank 0 is the root.

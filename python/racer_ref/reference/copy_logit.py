@@ -28,10 +28,11 @@ Two details that matter:
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
+
+from racer_ref.reference.automaton import int_value
 
 #: The largest table we agree to allocate: ``vocab_size * k`` entries (the Rust core uses
 #: the same limit: 2**28 entries, 1 GiB of 32-bit ids).
@@ -49,8 +50,12 @@ def as_int_array(value: Any, arg: str, ndim: int) -> np.ndarray:
         TypeError: a non-integer dtype (floats and bools are refused: a token id
             ``3.0`` is almost certainly a bug upstream).
     """
-    # np.asarray does not copy an array that is already a numpy array.
-    array = np.asarray(value)
+    # np.asarray does not copy an array that is already a numpy array. Ragged nesting such
+    # as [[1], [2, 3]] makes it raise a ValueError that does not say which argument.
+    try:
+        array = np.asarray(value)
+    except ValueError as error:
+        raise ValueError(f"{arg}: not an array of ids ({error})") from None
     # The shape is checked first, then the dtype (the Rust core checks in the same order).
     if array.ndim != ndim:
         raise ValueError(f"{arg}: expected a {ndim}-D array, got shape {tuple(array.shape)}")
@@ -78,11 +83,11 @@ def check_token_id(arg: str, token: Any, vocab_size: int) -> int:
     """Validate one token id (a Python or numpy integer) and return it as ``int``.
 
     Raises:
-        TypeError: not an integer (``operator.index`` refuses floats).
+        TypeError: not an integer (bool and float included).
         ValueError: outside ``[0, vocab_size)``.
     """
-    # operator.index accepts int, numpy integers and anything with __index__, nothing else.
-    value = operator.index(token)
+    # int_value accepts int, numpy integers and anything with __index__, but not bool.
+    value = int_value(token, arg)
     if not 0 <= value < vocab_size:
         raise ValueError(
             f"{arg}: token id {value} is outside [0, vocab_size) = [0, {vocab_size})"
@@ -139,8 +144,8 @@ class CopyLogitTable:
     """
 
     def __init__(self, vocab_size: int, k: int) -> None:
-        # Validate before allocating anything (operator.index refuses floats: TypeError).
-        vocab_size, k = operator.index(vocab_size), operator.index(k)
+        # Validate before allocating anything (floats and bools: TypeError).
+        vocab_size, k = int_value(vocab_size, "vocab_size"), int_value(k, "breadth")
         if vocab_size < 1:
             raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
         if not 1 <= k <= vocab_size:
@@ -166,13 +171,14 @@ class CopyLogitTable:
 
     def is_seen(self, token: int) -> bool:
         """Whether row ``token`` has been written (False outside the vocabulary)."""
+        token = int_value(token, "token")
         return 0 <= token < self.vocab_size and bool(self.seen[token])
 
     def row(self, token: int) -> list[int]:
         """Row ``token`` as a list of ``k`` ids, best first; ``[]`` if never seen."""
         if not self.is_seen(token):
             return []
-        return self.ids[token].tolist()
+        return self.ids[int(token)].tolist()
 
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Write ``table[token_ids[i]] = topk_ids[i, :k]`` for every i (spec step 8).

@@ -36,11 +36,13 @@ The result is a ``DraftTree``: the only thing the verification loop knows about 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
+
+from racer_ref.reference.automaton import int_value
+from racer_ref.reference.copy_logit import CopyLogitTable, as_int_array
 
 #: ``sources`` values. The root is neither drafted by retrieval nor by logits.
 SOURCE_ROOT = 0
@@ -204,7 +206,7 @@ def check_capacity(capacity: Any) -> int:
         TypeError: not an integer.
         ValueError: out of range.
     """
-    value = operator.index(capacity)
+    value = int_value(capacity, "capacity")
     if not 1 <= value <= MAX_CAPACITY:
         raise ValueError(f"capacity: must be in [1, {MAX_CAPACITY}], got {value}")
     return value
@@ -324,7 +326,7 @@ class TreeBuilder:
 
 def _check_token(arg: str, token: Any, vocab_size: Optional[int]) -> int:
     """One token id: an integer in ``[0, vocab_size)`` (or ``[0, 2**32)`` without a vocabulary)."""
-    value = operator.index(token)
+    value = int_value(token, arg)
     high = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
     if not 0 <= value < high:
         raise ValueError(f"{arg}: token id {value} is outside [0, {high})")
@@ -334,8 +336,8 @@ def _check_token(arg: str, token: Any, vocab_size: Optional[int]) -> int:
 def build_draft_tree(
     root: int,
     capacity: int,
-    retrieval_paths: Iterable[Sequence[int]] = (),
-    table: Any = None,
+    retrieval_paths: Optional[Iterable[Sequence[int]]] = (),
+    table: Optional[CopyLogitTable] = None,
     root_topk: Optional[Any] = None,
 ) -> DraftTree:
     """Build one draft tree (racer-spec.md steps 2-4).
@@ -344,7 +346,7 @@ def build_draft_tree(
         root: the root token (node 0).
         capacity: maximum number of nodes, root included, in ``[1, MAX_CAPACITY]``.
         retrieval_paths: root-to-leaf token paths, each starting with ``root``, inserted
-            first and in order (source retrieval).
+            first and in order (source retrieval); ``None`` means none.
         table: a ``CopyLogitTable``; when given, the logits tree fills the remaining
             capacity (source logits, or both where it meets a retrieval node).
         root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
@@ -353,19 +355,24 @@ def build_draft_tree(
         The flattened ``DraftTree`` with ``min(capacity, reachable unique nodes)`` nodes.
 
     Raises:
-        TypeError: a non-integer root, capacity or token.
+        TypeError: a non-integer root, capacity or token; a ``table`` of another type.
         ValueError: capacity out of range; a token outside ``[0, table.vocab_size)``
             (``[0, 2**32)`` without a table); a path that is empty or does not start with
             the root; ``root_topk`` shorter than ``table.k`` or with ids out of range.
     """
     # Everything is validated before we build anything (same order as the Rust core).
+    if table is not None and not isinstance(table, CopyLogitTable):
+        raise TypeError(f"table: must be a CopyLogitTable or None, got {type(table).__name__}")
     vocab_size = None if table is None else table.vocab_size
     root = _check_token("root", root, vocab_size)
     capacity = check_capacity(capacity)
+    if retrieval_paths is None:
+        retrieval_paths = ()
     paths = [[_check_token("retrieval_paths", t, vocab_size) for t in p] for p in retrieval_paths]
     topk: Optional[list[int]] = None
     if root_topk is not None and table is not None:
-        topk = [_check_token("last_topk", t, vocab_size) for t in np.asarray(root_topk).ravel().tolist()]
+        ids = as_int_array(root_topk, "last_topk", 1).tolist()
+        topk = [_check_token("last_topk", t, vocab_size) for t in ids]
         if len(topk) < table.k:
             raise ValueError(f"last_topk: expected at least breadth = {table.k} ids, got {len(topk)}")
     for p in paths:

@@ -31,10 +31,9 @@ the accepted ones.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Optional, Sequence
 
-from racer_ref.reference.automaton import Automaton
+from racer_ref.reference.automaton import Automaton, int_value
 from racer_ref.reference.copy_logit import (
     CopyLogitTable,
     as_int_array,
@@ -95,9 +94,13 @@ class Drafter:
         ngram, max_nodes, min_border_depth: the automaton's parameters (paper 10, 10,000,
             2); validated for every method, used by ``racer`` and ``retrieval``.
 
+    ``None`` for a parameter means its default (as in ``Automaton``); ``vocab_size`` has
+    no default.
+
     Raises:
         ValueError: an unknown method or a parameter out of range.
-        TypeError: ``vocab_size`` missing, or a non-integer parameter.
+        TypeError: ``vocab_size`` missing, ``method`` not a string, or a parameter that is
+            not an int (bool and float included).
     """
 
     def __init__(
@@ -110,7 +113,13 @@ class Drafter:
         max_nodes: int = 10_000,
         min_border_depth: int = 2,
     ) -> None:
-        # Validate in the same order as the Rust core: method, table, capacity, automaton.
+        # Validate in the same order as the Rust core. Kinds first: the method must be a
+        # string and every size an int (bool and float refused: TypeError); None means the
+        # default, as in Automaton, except for vocab_size, which has no default.
+        if method is None:
+            method = "racer"
+        if not isinstance(method, str):
+            raise TypeError(f"method: must be a str, got {type(method).__name__}")
         if method not in METHODS:
             raise ValueError(
                 f"method: unknown method {method!r}; expected one of "
@@ -118,6 +127,16 @@ class Drafter:
             )
         if vocab_size is None:
             raise TypeError("vocab_size: required (the target model's vocabulary size)")
+        vocab_size = int_value(vocab_size, "vocab_size")
+        capacity = 64 if capacity is None else int_value(capacity, "capacity")
+        breadth = 8 if breadth is None else int_value(breadth, "breadth")
+        ngram = 10 if ngram is None else int_value(ngram, "ngram")
+        max_nodes = 10_000 if max_nodes is None else int_value(max_nodes, "max_nodes")
+        if min_border_depth is None:
+            min_border_depth = 2
+        else:
+            min_border_depth = int_value(min_border_depth, "min_border_depth")
+        # Then ranges: the table, the capacity, the automaton.
         self.method = method
         # The table checks vocab_size and breadth. Its numpy array is allocated lazily,
         # so building it just to validate costs nothing for methods that do not use it.
@@ -126,8 +145,8 @@ class Drafter:
         automaton = Automaton(max_nodes=max_nodes, ngram=ngram, min_border_depth=min_border_depth)
         self.vocab_size = table.vocab_size
         self.breadth = table.k
-        self.ngram = operator.index(ngram)
-        self.max_nodes = operator.index(max_nodes)
+        self.ngram = ngram
+        self.max_nodes = max_nodes
         # Keep only what the method drafts from.
         self.table = table if method in ("racer", "logits", "logits-last") else None
         self.automaton = automaton if method in ("racer", "retrieval") else None
@@ -225,7 +244,12 @@ class Drafter:
         return 0 if self.automaton is None else len(self.automaton)
 
     def table_row(self, token: int) -> list[int]:
-        """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""
+        """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table).
+
+        Raises:
+            TypeError: ``token`` is not an int.
+        """
+        token = int_value(token, "token")
         return [] if self.table is None else self.table.row(token)
 
     def reset(self) -> None:

@@ -5,50 +5,12 @@
 //! naming the argument, and `extend` checks the whole input before committing any of it.
 
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
+use super::int_value;
 use crate::automaton::{Automaton, Paths};
-
-/// "element 3 " inside messages about sequences, "" for scalars.
-fn element(index: Option<usize>) -> String {
-    index.map_or_else(String::new, |i| format!("element {i} "))
-}
-
-/// A Python integer as `i64`. `bool`, floats and other non-integers raise `TypeError`;
-/// integers beyond 64 bits raise `ValueError` (they are outside every range we accept).
-pub(crate) fn int_value(
-    obj: &Bound<'_, PyAny>,
-    arg: &'static str,
-    index: Option<usize>,
-) -> PyResult<i64> {
-    let type_error = || {
-        let name = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!(
-            "{arg}: {}must be an int, got {name}",
-            element(index)
-        ))
-    };
-    if obj.is_instance_of::<PyBool>() {
-        return Err(type_error());
-    }
-    match obj.extract::<i64>() {
-        Ok(v) => Ok(v),
-        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
-            let shown = obj.str().map(|s| s.to_string()).unwrap_or_default();
-            Err(PyValueError::new_err(format!(
-                "{arg}: {}is out of range, got {shown}",
-                element(index)
-            )))
-        }
-        Err(_) => Err(type_error()),
-    }
-}
 
 /// Read every token of `tokens` into `out`, checking each one; nothing is committed here.
 fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {

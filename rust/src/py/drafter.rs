@@ -10,10 +10,12 @@ use numpy::{
     PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods, ToPyArray,
 };
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
+
+use super::int_value;
 
 use crate::copy_logit::CopyLogitTable;
 use crate::draft_tree::{FlatTree, TreeBuilder, MAX_CAPACITY};
@@ -63,8 +65,19 @@ fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<I
         Ok(a) => a.clone(),
         Err(_) => {
             let asarray = ASARRAY.import(py, "numpy", "asarray")?;
+            // numpy refuses ragged nesting with a ValueError that names no argument.
             asarray
-                .call1((obj,))?
+                .call1((obj,))
+                .map_err(|e| {
+                    if e.is_instance_of::<PyValueError>(py) {
+                        PyValueError::new_err(format!(
+                            "{arg}: not an array of ids ({})",
+                            e.value(py)
+                        ))
+                    } else {
+                        e
+                    }
+                })?
                 .cast_into::<PyUntypedArray>()
                 .map_err(|_| PyTypeError::new_err(format!("{arg}: expected an integer array")))?
         }
@@ -82,6 +95,21 @@ fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<I
         return Err(PyTypeError::new_err(format!(
             "{arg}: expected integer token ids, got dtype {dtype}"
         )));
+    }
+    // uint64 values above i64::MAX would wrap to negative ids in a cast; they are outside
+    // every vocabulary, so they saturate to i64::MAX and are reported as out of range.
+    if let Ok(a) = arr.cast::<PyArrayDyn<u64>>() {
+        let owned = a
+            .try_readonly()?
+            .as_array()
+            .iter()
+            .map(|&v| i64::try_from(v).unwrap_or(i64::MAX))
+            .collect();
+        return Ok(IntArg {
+            shape,
+            borrowed: None,
+            owned,
+        });
     }
     // int64 arrays are read as they are; other integer dtypes (and empty float arrays) are
     // converted once by numpy.
@@ -106,18 +134,6 @@ fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<I
             borrowed: None,
             owned,
         })
-    }
-}
-
-/// A token-id scalar: any Python or numpy integer. A too large int becomes a `ValueError`
-/// (out of range) like in the Python twin, not an `OverflowError`.
-fn int_scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<i64> {
-    match obj.extract::<i64>() {
-        Ok(v) => Ok(v),
-        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Err(PyValueError::new_err(
-            format!("{arg}: {obj} is out of range"),
-        )),
-        Err(e) => Err(e),
     }
 }
 
@@ -154,6 +170,12 @@ fn observe_args<'py>(
     Ok((tokens, topk))
 }
 
+/// The `token` argument of a row lookup: an int (`TypeError` otherwise); `None` when it
+/// cannot be a row (negative or beyond u32), which reads as an empty row.
+fn row_index(token: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+    Ok(u32::try_from(int_value(token, "token", None)?).ok())
+}
+
 /// Dense `[vocab_size, k]` copy-logit table (racer-spec.md step 8). See
 /// `racer_ref.reference.CopyLogitTable` for the documented twin.
 #[pyclass(name = "CopyLogitTable", module = "racer_ref._core")]
@@ -164,7 +186,9 @@ pub struct PyCopyLogitTable {
 #[pymethods]
 impl PyCopyLogitTable {
     #[new]
-    fn new(vocab_size: i64, k: i64) -> PyResult<Self> {
+    fn new(vocab_size: &Bound<'_, PyAny>, k: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let vocab_size = int_value(vocab_size, "vocab_size", None)?;
+        let k = int_value(k, "breadth", None)?;
         Ok(PyCopyLogitTable {
             inner: CopyLogitTable::new(vocab_size, k)?,
         })
@@ -200,18 +224,16 @@ impl PyCopyLogitTable {
     }
 
     /// Row `token` as a list (empty if never seen or outside the vocabulary).
-    fn row(&self, token: i64) -> Vec<u32> {
-        match u32::try_from(token) {
-            Ok(t) => self.inner.row(t).to_vec(),
-            Err(_) => Vec::new(),
-        }
+    fn row(&self, token: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        Ok(match row_index(token)? {
+            Some(t) => self.inner.row(t).to_vec(),
+            None => Vec::new(),
+        })
     }
 
     /// Whether row `token` has been written.
-    fn is_seen(&self, token: i64) -> bool {
-        u32::try_from(token)
-            .map(|t| self.inner.is_seen(t))
-            .unwrap_or(false)
+    fn is_seen(&self, token: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(row_index(token)?.is_some_and(|t| self.inner.is_seen(t)))
     }
 
     /// Forget every row.
@@ -253,8 +275,8 @@ fn build_draft_tree<'py>(
             )))
         }
     };
-    let root = check("root", int_scalar(root, "root")?)?;
-    let capacity = crate::draft_tree::check_capacity(int_scalar(capacity, "capacity")?)?;
+    let root = check("root", int_value(root, "root", None)?)?;
+    let capacity = crate::draft_tree::check_capacity(int_value(capacity, "capacity", None)?)?;
     let mut paths: Vec<Vec<u32>> = Vec::new();
     if let Some(rp) = retrieval_paths {
         for p in rp.try_iter()? {
@@ -263,7 +285,7 @@ fn build_draft_tree<'py>(
             for t in p.try_iter()? {
                 path.push(check(
                     "retrieval_paths",
-                    int_scalar(&t?, "retrieval_paths")?,
+                    int_value(&t?, "retrieval_paths", None)?,
                 )?);
             }
             paths.push(path);
@@ -293,30 +315,60 @@ pub struct PyDrafter {
 
 #[pymethods]
 impl PyDrafter {
+    /// Kinds first (method a str, every size an int, `TypeError`), then ranges
+    /// (`ValueError`), in the twin's order. `None` for an argument means its default, as
+    /// in `Automaton` (`vocab_size` has none: it is required).
     #[new]
-    #[pyo3(signature = (method="racer", vocab_size=None, capacity=64, breadth=8, ngram=10,
-                        max_nodes=10_000, min_border_depth=2))]
+    #[pyo3(signature = (method=None, vocab_size=None, capacity=None, breadth=None, ngram=None,
+                        max_nodes=None, min_border_depth=None))]
+    #[pyo3(
+        text_signature = "(method='racer', vocab_size=None, capacity=64, breadth=8, \
+                             ngram=10, max_nodes=10000, min_border_depth=2)"
+    )]
     fn new(
-        method: &str,
-        vocab_size: Option<i64>,
-        capacity: i64,
-        breadth: i64,
-        ngram: i64,
-        max_nodes: i64,
-        min_border_depth: i64,
+        method: Option<&Bound<'_, PyAny>>,
+        vocab_size: Option<&Bound<'_, PyAny>>,
+        capacity: Option<&Bound<'_, PyAny>>,
+        breadth: Option<&Bound<'_, PyAny>>,
+        ngram: Option<&Bound<'_, PyAny>>,
+        max_nodes: Option<&Bound<'_, PyAny>>,
+        min_border_depth: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let method: Method = method.parse()?;
-        let vocab_size = vocab_size.ok_or_else(|| {
-            PyTypeError::new_err("vocab_size: required (the target model's vocabulary size)")
-        })?;
+        let method: Method = match method {
+            None => Method::Racer,
+            Some(m) => match m.cast::<PyString>() {
+                Ok(name) => name.to_cow()?.parse()?,
+                Err(_) => {
+                    let name = m.get_type().name()?;
+                    return Err(PyTypeError::new_err(format!(
+                        "method: must be a str, got {name}"
+                    )));
+                }
+            },
+        };
+        let vocab_size = match vocab_size {
+            Some(v) if !v.is_none() => int_value(v, "vocab_size", None)?,
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "vocab_size: required (the target model's vocabulary size)",
+                ))
+            }
+        };
+        let get = |v: Option<&Bound<'_, PyAny>>, arg, default| {
+            v.map_or(Ok(default), |v| int_value(v, arg, None))
+        };
+        let defaults = DrafterConfig::new(method, vocab_size);
         let config = DrafterConfig {
-            method,
-            vocab_size,
-            capacity,
-            breadth,
-            ngram,
-            max_nodes,
-            min_border_depth,
+            capacity: get(capacity, "capacity", defaults.capacity)?,
+            breadth: get(breadth, "breadth", defaults.breadth)?,
+            ngram: get(ngram, "ngram", defaults.ngram)?,
+            max_nodes: get(max_nodes, "max_nodes", defaults.max_nodes)?,
+            min_border_depth: get(
+                min_border_depth,
+                "min_border_depth",
+                defaults.min_border_depth,
+            )?,
+            ..defaults
         };
         Ok(PyDrafter {
             inner: Drafter::new(config)?,
@@ -391,7 +443,7 @@ impl PyDrafter {
         root: &Bound<'py, PyAny>,
         last_topk: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let root = int_scalar(root, "root")?;
+        let root = int_value(root, "root", None)?;
         let flat = match last_topk {
             Some(rt) => {
                 let arr = int_array(rt, "last_topk", 1)?;
@@ -403,9 +455,13 @@ impl PyDrafter {
     }
 
     /// Copy-logit row of `token` (empty when unseen or when the method has no table).
-    fn table_row<'py>(&self, py: Python<'py>, token: i64) -> PyResult<Bound<'py, PyList>> {
-        let row: &[u32] = match (self.inner.table(), u32::try_from(token)) {
-            (Some(t), Ok(tok)) => t.row(tok),
+    fn table_row<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let row: &[u32] = match (self.inner.table(), row_index(token)?) {
+            (Some(t), Some(tok)) => t.row(tok),
             _ => &[],
         };
         PyList::new(py, row)
