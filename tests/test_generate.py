@@ -420,10 +420,39 @@ def bad_calls():
         (ValueError, "empty", dict(model=m, prompt=p, cache=filled)),
         (ValueError, "SlidingWindow", dict(model=sliding, prompt=p)),
         (ValueError, "vocab_size", dict(model=m, prompt=p, drafter=Drafter("racer", vocab_size=VOCAB + 1))),
+    ] + regress_bad_calls(m, p)
+
+
+def regress_bad_calls(m, p):
+    """Bad input found by adversarial testing (test_regress_): wrong kinds are a TypeError
+    naming the argument, and nothing is silently accepted or raised after a forward pass."""
+    return [
+        (ValueError, r"batch size 1.*shape \(\)", dict(model=m, prompt=torch.tensor(5))),
+        (ValueError, r"got \[9223372036854775808\]", dict(model=m, prompt=[1, 2**63])),  # no float64 / wrap
+        (ValueError, r"got \[18446744073709551616\]", dict(model=m, prompt=[2**64])),
+        (TypeError, "prompt: expected integer token ids, got list", dict(model=m, prompt=[[1], [2, 3]])),
+        (TypeError, "prompt: expected integer token ids, got bool", dict(model=m, prompt=[1, True])),
+        (TypeError, "max_new_tokens: expected an int", dict(model=m, prompt=p, max_new_tokens=2.0)),
+        (TypeError, "capacity: expected an int", dict(model=m, prompt=p, capacity=64.0)),
+        (ValueError, "capacity: is out of range", dict(model=m, prompt=p, method="racer", capacity=2**64)),
+        (ValueError, "backend", dict(model=m, prompt=p, method="ar", backend="gpu")),
+        (ValueError, "ngram", dict(model=m, prompt=p, method="ar", ngram=1)),
+        (TypeError, "temperature: expected a number", dict(model=m, prompt=p, temperature="1")),
+        (ValueError, "temperature", dict(model=m, prompt=p, temperature=1e-40)),
+        (ValueError, "eos_token_id", dict(model=m, prompt=p, eos_token_id=-1)),
+        (ValueError, "eos_token_id", dict(model=m, prompt=p, eos_token_id=[3, VOCAB])),
+        (TypeError, "stop: expected a string", dict(model=m, prompt=p, stop=5)),
+        (TypeError, "seed", dict(model=m, prompt=p, temperature=1.0, seed=1.5)),
+        (ValueError, "seed", dict(model=m, prompt=p, temperature=1.0, seed=2**70)),
+        (TypeError, "callback", dict(model=m, prompt=p, callback=5)),
+        (TypeError, "streamer", dict(model=m, prompt=p, streamer=5)),
+        (TypeError, "observe_rejected", dict(model=m, prompt=p, observe_rejected="no")),
+        (TypeError, "drafter: expected a racer_ref.Drafter", dict(model=m, prompt=p, drafter=5)),
     ]
 
 
 def test_bad_input_is_refused_before_any_work():
+    """(Includes the test_regress_ cases of regress_bad_calls.)"""
     for error, message, kwargs in bad_calls():
         calls = []
         hook = kwargs["model"].register_forward_pre_hook(lambda *a, calls=calls: calls.append(1))

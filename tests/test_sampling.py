@@ -225,3 +225,24 @@ def test_generate_sampling_is_reproducible_with_a_seed():
                      drafter=FixedTreeDrafter(*drafter_args), seed=seed).token_ids for seed in (5, 5, 6)]
     assert runs[0] == runs[1] and len(runs[0]) == 20
     assert runs[0] != runs[2]
+
+
+def test_regress_sampling_arguments_accept_any_real_number_and_type_check():
+    check_sampling_arguments(np.float32(0.5), np.float64(0.9))  # numpy scalars are numbers
+    check_sampling_arguments(0, 1)
+    for temperature, top_p in [("1", 1.0), (None, 1.0), (True, 1.0), (1.0, "0.5"), (1.0, torch.tensor(0.5))]:
+        with pytest.raises(TypeError):
+            check_sampling_arguments(temperature, top_p)
+    with pytest.raises(ValueError, match="temperature"):
+        check_sampling_arguments(1e-40, 1.0)  # not a normal float32: 1 / t overflows
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.5])
+def test_regress_tiny_temperature_gives_the_argmax_not_nan(top_p):
+    # Before: logits / 1e-37 overflowed float32 to +-inf and softmax returned NaN, so
+    # torch.multinomial raised deep inside generate().
+    logits = torch.tensor([[50.0, 49.0, -50.0, 10.0], [-3.0, 7.0, 7.0, 1.0]])
+    probs = target_probs(logits, 1e-37, top_p)
+    assert torch.isfinite(probs).all()
+    assert probs[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert probs[1, 0] == probs[1, 3] == 0 and probs[1].sum() == pytest.approx(1.0)

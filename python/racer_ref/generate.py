@@ -130,24 +130,39 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
         if tokenizer is None:
             raise ValueError("prompt: a string prompt needs a tokenizer (or pass token ids)")
         ids = list(tokenizer(prompt)["input_ids"])
-    elif isinstance(prompt, torch.Tensor):
-        if prompt.dim() == 2 and prompt.shape[0] != 1 or prompt.dim() > 2:
-            raise ValueError(f"prompt: batch size 1 only; got a tensor of shape {tuple(prompt.shape)}")
-        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
-            raise TypeError(f"prompt: expected integer token ids, got dtype {prompt.dtype}")
-        ids = prompt.reshape(-1).tolist()
-    elif isinstance(prompt, (Sequence, np.ndarray)) and not isinstance(prompt, (bytes, bytearray)):
-        array = np.asarray(prompt)
-        if array.ndim == 2 and array.shape[0] == 1:
-            array = array[0]
-        if array.ndim != 1:
-            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids, got shape {array.shape}")
-        if array.size and not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"prompt: expected integer token ids, got dtype {array.dtype}")
-        ids = array.astype(np.int64).tolist()
     else:
-        raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
-                        f"got {type(prompt).__name__}")
+        if isinstance(prompt, torch.Tensor):
+            if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+                raise TypeError(f"prompt: expected integer token ids, got dtype {prompt.dtype}")
+            array = prompt.detach().cpu().numpy()
+        elif isinstance(prompt, np.ndarray):
+            array = prompt
+        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            # dtype=object keeps Python ints as they are: numpy would turn [1, 2**63] into
+            # float64 and [2**63] into uint64.
+            try:
+                array = np.asarray(prompt, dtype=object)
+            except ValueError as error:  # ragged nesting
+                raise ValueError(f"prompt: not a sequence of token ids ({error})") from None
+        else:
+            raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
+                            f"got {type(prompt).__name__}")
+        if array.ndim == 2 and array.shape[0] == 1:
+            array = array[0]  # a (1, n) batch
+        if array.ndim != 1:
+            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids or a (1, n) "
+                             f"batch, got shape {tuple(array.shape)}")
+        values = array.tolist()  # Python ints: no wrap-around of uint64 or huge ids
+        if array.dtype.kind not in "iu":
+            # An object array (from a list) may hold ints of any size: check each element.
+            if array.dtype != object:
+                kinds = {f"dtype {array.dtype}"} if values else set()
+            else:
+                kinds = {type(v).__name__ for v in values
+                         if isinstance(v, bool) or not isinstance(v, (int, np.integer))}
+            if kinds:
+                raise TypeError(f"prompt: expected integer token ids, got {', '.join(sorted(kinds))}")
+        ids = [int(v) for v in values]
     if not ids:
         raise ValueError("prompt: empty; give at least one token")
     bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -198,14 +213,26 @@ def _make_cache(model: Any, cache: Any) -> Any:
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    """``TypeError`` unless ``value`` is an int (bool refused), ``ValueError`` below ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    if value < low:
         raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+
+
+def _check_explicit_eos(eos: List[int], vocab_size: int) -> None:
+    """An ``eos_token_id`` given by the caller must be a token the model can produce."""
+    bad = [t for t in eos if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"eos_token_id: token ids must lie in [0, {vocab_size}); got {bad[:5]}")
 
 
 class _StopStrings:
     """Finds the first token at which the generated text contains one of the stop strings."""
 
     def __init__(self, tokenizer: Any, stop: Union[str, Iterable[str], None]):
+        if stop is not None and not isinstance(stop, str) and not hasattr(stop, "__iter__"):
+            raise TypeError(f"stop: expected a string or a list of strings, got {type(stop).__name__}")
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop: expected non-empty strings, got {stop!r}")
@@ -282,12 +309,18 @@ def generate(
         a :class:`GenerationResult`.
 
     Raises:
-        ValueError: empty prompt, token ids outside ``[0, vocab_size)``, a batch, a prompt
-            that fills the context length, ``max_new_tokens < 0``, ``capacity < 1``,
-            ``breadth < 1``, an unknown method, bad sampling arguments, an unsupported cache
-            (static, quantized, sliding-window...) or an encoder-decoder model. All before any
-            work is done.
-        TypeError: prompt or ``eos_token_id`` of the wrong type.
+        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
+            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
+            ``max_new_tokens < 0``, ``capacity < 1``, ``breadth < 1``, drafter parameters out
+            of range (checked for ``"ar"`` too), an unknown method, bad sampling arguments, an
+            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
+            model.
+        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
+            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
+            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
+            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
+            ``drafter`` without ``draft``/``observe``/``commit``.
+        All of them before any work is done (no forward pass, no drafter update).
 
     Stopping rules: the first EOS (kept in ``token_ids``) or stop string inside an accepted
     block ends generation; ``max_new_tokens`` is never exceeded; prompt + output never
@@ -311,19 +344,40 @@ def generate(
     if max_length is not None and len(prompt_ids) >= max_length:
         raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
     eos = set(_eos_ids(model, eos_token_id))
+    if eos_token_id is not None:
+        _check_explicit_eos(sorted(eos), vocab_size)
     stops = _StopStrings(tokenizer, stop)
     cache = _make_cache(model, cache)
     if generator is not None and (not isinstance(generator, torch.Generator) or generator.device.type != "cpu"):
         raise ValueError("generator: expected a CPU torch.Generator (the draws are made on the CPU)")
+    if seed is not None:
+        _check_int("seed", seed, -(2**63))
+        if seed >= 2**64:  # torch.Generator.manual_seed takes [-2**63, 2**64)
+            raise ValueError(f"seed: expected an int in [-2**63, 2**64), got {seed!r}")
     if generator is None and seed is not None:
         generator = torch.Generator().manual_seed(int(seed))
-    if drafter is None and method != "ar":
+    if not isinstance(observe_rejected, bool):
+        raise TypeError(f"observe_rejected: expected a bool, got {type(observe_rejected).__name__}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
+    if streamer is not None and not (callable(getattr(streamer, "put", None))
+                                     and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    if drafter is None:
         from racer_ref.drafter import Drafter
 
+        # Built for "ar" too, so that its arguments are checked alike; "ar" drafts nothing.
         drafter = Drafter(method=method, vocab_size=vocab_size, capacity=capacity, breadth=breadth,
                           ngram=ngram, max_nodes=max_nodes, backend=backend)
-    elif drafter is not None and getattr(drafter, "vocab_size", vocab_size) != vocab_size:
-        raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
+        if method == "ar":
+            drafter = None
+    else:
+        missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
+        if missing:
+            raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
+                            f"got {type(drafter).__name__} without {', '.join(missing)}")
+        if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
+            raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
     method = getattr(drafter, "method", method) if drafter is not None else method
     # Copy-logit rows are the top-k ids of the target's logits, k = the drafter's breadth.
     k = min(int(getattr(drafter, "breadth", breadth)), vocab_size)

@@ -9,18 +9,33 @@ The lossless acceptance rule that consumes these distributions is
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional
 
 import torch
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
 
+#: The smallest positive temperature: the logits are divided by it in float32, so it must
+#: be a normal float32 number (below it, 1 / temperature is not representable).
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
 def check_sampling_arguments(temperature: float, top_p: float) -> None:
-    """Raise ``ValueError`` unless ``temperature >= 0`` (0 = greedy) and ``0 < top_p <= 1``."""
-    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-            or not math.isfinite(temperature) or temperature < 0):
-        raise ValueError(f"temperature: expected a finite number >= 0 (0 means greedy), got {temperature!r}")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+    """Check ``temperature`` (0 = greedy, or in ``[MIN_TEMPERATURE, inf)``) and ``top_p``
+    (in ``(0, 1]``). Any real number is accepted: int, float, numpy scalar; not bool.
+
+    Raises:
+        TypeError: a value that is not a real number.
+        ValueError: a value out of range (NaN and infinities included).
+    """
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:.3g}, "
+                         f"got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")
 
 
@@ -39,6 +54,9 @@ def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0 for sampling, got {temperature!r}")
     scores = logits.float()  # (n, vocab)
+    # Shift each row so that its maximum is 0 (softmax and top-p do not change): dividing
+    # by a tiny temperature then gives 0 and -inf, never +inf - inf = NaN.
+    scores = scores - scores.max(dim=-1, keepdim=True).values  # (n, vocab), <= 0
     if temperature != 1.0:
         scores = TemperatureLogitsWarper(float(temperature))(None, scores)  # (n, vocab)
     if top_p < 1.0:
