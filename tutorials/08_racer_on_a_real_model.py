@@ -133,27 +133,15 @@ assert same
 
 # --8<-- [start:why]
 # Why can a bigger tree be slower on a CPU? Each step is one forward pass over the whole
-# tree. On a GPU a 64-token pass costs about as much as a 1-token pass; on a CPU it does not.
-# Measure one verify pass of n tokens (with a 100-token cache) against a 1-token pass:
-from transformers import DynamicCache  # noqa: E402
-
-from racer_ref.verify import forward_prompt, forward_tree  # noqa: E402
+# tree. On a GPU a 64-token pass costs about as much as a 1-token pass; on a CPU it does
+# not. racer_ref.capacity.profile_forward times one verify pass per tree size after a
+# 256-token cache, sizes interleaved in rounds so that load from other processes hits all
+# alike (it is what `--capacity auto` measures before choosing a capacity).
+from racer_ref.capacity import profile_forward  # noqa: E402
 
 print("\n── 5. Cost of one verify pass of n tree tokens (relative to n = 1)")
-cost = {}
-with torch.inference_mode():
-    for n in (1, 16, 64):
-        drafter = racer_ref.Drafter(method="logits", vocab_size=model.config.vocab_size, capacity=n)
-        drafter.observe(np.arange(500), np.random.default_rng(0).integers(0, 500, (500, 8)))
-        tree = drafter.draft(0)
-        times = []
-        for _ in range(5):
-            cache = DynamicCache(config=model.config)
-            forward_prompt(model, cache, torch.arange(100))
-            tic = time.perf_counter()
-            forward_tree(model, cache, tree)
-            times.append(time.perf_counter() - tic)
-        cost[n] = min(times)
-        print(f"  n = {len(tree):2}: {1000 * cost[n]:6.1f} ms  ({cost[n] / cost[1]:.1f}x)")
+cost = profile_forward(model, sizes=(1, 4, 16, 64), repeats=5)
+for n, seconds in cost.items():
+    print(f"  n = {n:2}: {1000 * seconds:6.1f} ms  ({seconds / cost[1]:.1f}x)")
 print("  a step pays off when its MAT exceeds that ratio; on a GPU the ratio is close to 1.")
 # --8<-- [end:why]
