@@ -346,3 +346,19 @@ def test_regress_none_paths_and_a_wrong_table_type(backend):
     assert tree.tokens.tolist() == [3]
     with pytest.raises(TypeError, match="CopyLogitTable"):
         build(backend, 3, 4, [], 5, None)
+
+
+def test_subtree_of_a_prefix_closed_set():
+    #   0:5 -- 1:6 -- 3:8           keep {0, 2, 4}:   0:5 -- 1:7 -- 2:9
+    #     `--- 2:7 -- 4:9
+    tree = build("python", 5, 8, [[5, 6, 8], [5, 7, 9]])
+    sub = tree.subtree([4, 0, 2, 2])
+    sub.validate()
+    assert sub.tokens.tolist() == [5, 7, 9] and sub.parents.tolist() == [-1, 0, 1]
+    assert sub.retrieve_indices.tolist() == [[0, 1, 2]]
+    assert sub.sources.tolist() == tree.sources[[0, 2, 4]].tolist()
+    same = tree.subtree(range(len(tree)))
+    assert all(np.array_equal(getattr(same, f), getattr(tree, f)) for f in FIELDS)
+    for keep, word in [([], "root"), ([1, 3], "root"), ([0, 3], "parent"), ([0, 9], "not in a tree")]:
+        with pytest.raises(ValueError, match=word):
+            tree.subtree(keep)

@@ -99,29 +99,7 @@ def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
     keep = tree.depths <= max_depth  # (n,) bool; ancestors are shallower, so prefix-closed
     if keep.all():
         return tree
-    old = np.flatnonzero(keep)  # (m,) old indices of kept nodes
-    new_index = np.full(len(tree), -1, dtype=np.int64)
-    new_index[old] = np.arange(len(old))
-    parents = np.where(tree.parents[old] >= 0, new_index[tree.parents[old]], -1)  # (m,)
-    has_child = np.zeros(len(old), dtype=bool)
-    has_child[parents[parents >= 0]] = True
-    paths = []
-    for leaf in np.flatnonzero(~has_child):
-        path = [int(leaf)]
-        while parents[path[-1]] >= 0:
-            path.append(int(parents[path[-1]]))
-        paths.append(path[::-1])
-    retrieve = np.full((len(paths), max(len(p) for p in paths)), -1, dtype=np.int64)
-    for row, path in enumerate(paths):
-        retrieve[row, : len(path)] = path
-    return DraftTree(
-        tokens=tree.tokens[old],
-        parents=parents,
-        depths=tree.depths[old],
-        attention_mask=tree.attention_mask[np.ix_(old, old)],
-        retrieve_indices=retrieve,
-        sources=tree.sources[old],
-    )
+    return tree.subtree(np.flatnonzero(keep))
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:

@@ -106,6 +106,18 @@ pub fn check_capacity(capacity: i64) -> Result<usize> {
     Ok(capacity as usize)
 }
 
+/// Check that a retrieval path is not empty and starts with the root.
+fn check_path_start(path: &[u32], root: u32) -> Result<()> {
+    match path.first() {
+        Some(&t) if t == root => Ok(()),
+        Some(&t) => Err(Error::value(
+            "retrieval_paths",
+            format!("every path must start with the root {root}, got {t}"),
+        )),
+        None => Err(Error::value("retrieval_paths", "empty path")),
+    }
+}
+
 /// A token trie with at most `capacity` nodes, plus reusable scratch space so that a
 /// drafter can build one tree per step without allocating anything but the output.
 #[derive(Debug, Clone, Default)]
@@ -217,17 +229,7 @@ impl TreeBuilder {
     /// Insert one retrieval path (`path[0]` must be the root) with source retrieval.
     /// Stops at the first new node that does not fit.
     pub fn add_retrieval_path(&mut self, path: &[u32]) -> Result<()> {
-        let root = self.nodes[0].token;
-        match path.first() {
-            Some(&t) if t == root => {}
-            Some(&t) => {
-                return Err(Error::value(
-                    "retrieval_paths",
-                    format!("every path must start with the root {root}, got {t}"),
-                ))
-            }
-            None => return Err(Error::value("retrieval_paths", "empty path")),
-        }
+        check_path_start(path, self.nodes[0].token)?;
         let mut u = 0u32;
         for &t in &path[1..] {
             match self.insert_child(u, t, SOURCE_RETRIEVAL) {
@@ -288,16 +290,7 @@ impl TreeBuilder {
             }
         }
         for p in retrieval_paths {
-            match p.as_ref().first() {
-                Some(&t) if t == root => {}
-                Some(&t) => {
-                    return Err(Error::value(
-                        "retrieval_paths",
-                        format!("every path must start with the root {root}, got {t}"),
-                    ))
-                }
-                None => return Err(Error::value("retrieval_paths", "empty path")),
-            }
+            check_path_start(p.as_ref(), root)?;
         }
         // Step 2: the retrieval tree first.
         self.reset(root, capacity)?;

@@ -64,6 +64,11 @@ def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
     return v
 
 
+def int_or_default(value: Any, arg: str, default: int) -> int:
+    """``default`` for ``None`` (our convention for "not given"), else ``int_value``."""
+    return default if value is None else int_value(value, arg)
+
+
 def _check_token(arg: str, index: Optional[int], v: int) -> int:
     """Check that ``v`` is a token id in ``[0, 2**32 - 1]``."""
     if not 0 <= v <= MAX_TOKEN:
@@ -174,12 +179,9 @@ class Automaton:
         min_border_depth: Optional[int] = 2,
     ) -> None:
         # Kinds first (TypeError), then ranges (ValueError); same order as Rust.
-        ngram = 10 if ngram is None else int_value(ngram, "ngram")
-        max_nodes = 10_000 if max_nodes is None else int_value(max_nodes, "max_nodes")
-        if min_border_depth is None:
-            min_border_depth = 2
-        else:
-            min_border_depth = int_value(min_border_depth, "min_border_depth")
+        ngram = int_or_default(ngram, "ngram", 10)
+        max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
+        min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
         if not 2 <= ngram <= MAX_NGRAM:
             raise ValueError(f"ngram: must be in [2, {MAX_NGRAM}], got {ngram}")
         # One full window is a path of ngram nodes, so the trie must hold at least that.

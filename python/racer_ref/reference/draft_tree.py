@@ -180,6 +180,58 @@ class DraftTree:
             if row[: d + 1].tolist() != path[::-1] or (row[d + 1:] != -1).any():
                 fail(f"retrieve_indices row for leaf {leaf} is not its root-to-leaf path")
 
+    def subtree(self, keep: Any) -> "DraftTree":
+        """The draft tree made of the nodes ``keep`` of this one (a prefix-closed set).
+
+        The kept nodes stay in breadth-first order; the attention mask is the kept block
+        of this one (a node's ancestors are all kept), parents are renumbered, and
+        ``retrieve_indices`` is rebuilt for the new leaves. The verification loop uses it
+        to clip a tree in depth (``racer_ref.generate.clip_draft_tree``)::
+
+            keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
+                                        `-- 2 -- 4     ->      `-- 2 -- 4
+
+        Args:
+            keep: node indices (any order, duplicates allowed); must hold the root and,
+                with every node, its parent.
+
+        Raises:
+            ValueError: ``keep`` lacks the root or holds a node without its parent.
+        """
+        old = np.unique(np.asarray(keep, dtype=np.int64))  # (m,) kept nodes, BFS order
+        if len(old) == 0 or old[0] != 0:
+            raise ValueError("keep: must contain the root (node 0)")
+        if old[-1] >= len(self):
+            raise ValueError(f"keep: node {int(old[-1])} is not in a tree of {len(self)} nodes")
+        # new_index[old node] = its index in the subtree (-1: dropped).
+        new_index = np.full(len(self), -1, dtype=np.int64)
+        new_index[old] = np.arange(len(old))
+        # The root's parent -1 stays -1; every other parent is renumbered.
+        old_parents = self.parents[old]
+        parents = np.where(old_parents >= 0, new_index[np.maximum(old_parents, 0)], -1)
+        if (parents[1:] < 0).any():
+            raise ValueError("keep: every kept node needs its parent kept too")
+        # The new leaves (nodes without a kept child), each with its root-to-leaf path.
+        has_child = np.zeros(len(old), dtype=bool)
+        has_child[parents[1:]] = True
+        depths = self.depths[old]
+        leaves = np.flatnonzero(~has_child)
+        retrieve_indices = np.full((len(leaves), int(depths.max()) + 1), -1, dtype=np.int64)
+        for row, leaf in enumerate(leaves.tolist()):
+            node = leaf
+            # Walk up from the leaf, filling the row from its depth back to column 0.
+            for d in range(int(depths[leaf]), -1, -1):
+                retrieve_indices[row, d] = node
+                node = int(parents[node])
+        return DraftTree(
+            tokens=self.tokens[old],
+            parents=parents.astype(np.int64),
+            depths=depths,
+            attention_mask=self.attention_mask[np.ix_(old, old)],
+            retrieve_indices=retrieve_indices,
+            sources=self.sources[old],
+        )
+
     def pretty(self) -> str:
         """The tree as indented text, one node per line: ``index token [source]``."""
         children: dict[int, list[int]] = {i: [] for i in range(len(self))}

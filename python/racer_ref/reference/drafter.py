@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from racer_ref.reference.automaton import Automaton, int_value
+from racer_ref.reference.automaton import Automaton, int_or_default, int_value
 from racer_ref.reference.copy_logit import (
     CopyLogitTable,
     as_int_array,
@@ -128,14 +128,11 @@ class Drafter:
         if vocab_size is None:
             raise TypeError("vocab_size: required (the target model's vocabulary size)")
         vocab_size = int_value(vocab_size, "vocab_size")
-        capacity = 64 if capacity is None else int_value(capacity, "capacity")
-        breadth = 8 if breadth is None else int_value(breadth, "breadth")
-        ngram = 10 if ngram is None else int_value(ngram, "ngram")
-        max_nodes = 10_000 if max_nodes is None else int_value(max_nodes, "max_nodes")
-        if min_border_depth is None:
-            min_border_depth = 2
-        else:
-            min_border_depth = int_value(min_border_depth, "min_border_depth")
+        capacity = int_or_default(capacity, "capacity", 64)
+        breadth = int_or_default(breadth, "breadth", 8)
+        ngram = int_or_default(ngram, "ngram", 10)
+        max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
+        min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
         # Then ranges: the table, the capacity, the automaton.
         self.method = method
         # The table checks vocab_size and breadth. Its numpy array is allocated lazily,
