@@ -417,7 +417,7 @@ def test_regress_ragged_and_uint64_ids_are_named_value_errors():
             d.observe([1, 2], [[1, 2], [3]])
         # uint64 ids past 2**63 (also what numpy makes of the Python int 2**63) must not
         # wrap to small or negative ids: they are out of range, reported as huge.
-        for ids in (np.array([2**64 - 1], dtype=np.uint64), [2**63]):
+        for ids in (np.array([2**64 - 1], dtype=np.uint64), np.array([2**64 - 1], dtype=">u8"), [2**63]):
             with pytest.raises(ValueError, match=r"token_ids: token id \d{19,} at index 0"):
                 d.commit(ids)
             with pytest.raises(ValueError, match=r"topk_ids: token id \d{19,} at \[0, 1\]"):

@@ -98,7 +98,14 @@ fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<I
     }
     // uint64 values above i64::MAX would wrap to negative ids in a cast; they are outside
     // every vocabulary, so they saturate to i64::MAX and are reported as out of range.
-    if let Ok(a) = arr.cast::<PyArrayDyn<u64>>() {
+    if kind == b'u' && dtype.itemsize() == 8 {
+        // Either byte order: a non-native array is converted to native uint64 first.
+        let a = match arr.cast::<PyArrayDyn<u64>>() {
+            Ok(a) => a.clone(),
+            Err(_) => arr
+                .call_method1("astype", ("uint64",))?
+                .cast_into::<PyArrayDyn<u64>>()?,
+        };
         let owned = a
             .try_readonly()?
             .as_array()
