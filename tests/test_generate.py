@@ -420,10 +420,10 @@ def bad_calls():
         (ValueError, "empty", dict(model=m, prompt=p, cache=filled)),
         (ValueError, "SlidingWindow", dict(model=sliding, prompt=p)),
         (ValueError, "vocab_size", dict(model=m, prompt=p, drafter=Drafter("racer", vocab_size=VOCAB + 1))),
-    ] + regress_bad_calls(m, p)
+    ] + regress_bad_calls(m, sliding, p)
 
 
-def regress_bad_calls(m, p):
+def regress_bad_calls(m, sliding, p):
     """Bad input found by adversarial testing (test_regress_): wrong kinds are a TypeError
     naming the argument, and nothing is silently accepted or raised after a forward pass."""
     return [
@@ -448,6 +448,8 @@ def regress_bad_calls(m, p):
         (TypeError, "streamer", dict(model=m, prompt=p, streamer=5)),
         (TypeError, "observe_rejected", dict(model=m, prompt=p, observe_rejected="no")),
         (TypeError, "drafter: expected a racer_ref.Drafter", dict(model=m, prompt=p, drafter=5)),
+        # DynamicCache() has no layers yet: the sliding-window model must still be refused
+        (ValueError, "SlidingWindow", dict(model=sliding, prompt=p, cache=DynamicCache())),
     ]
 
 

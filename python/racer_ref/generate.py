@@ -173,15 +173,19 @@ def _make_cache(model: Any, cache: Any) -> Any:
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    # The model's own layout tells sliding-window and other layers apart. A cache given
+    # as DynamicCache() has no layers until the first forward pass (they are then all
+    # DynamicLayer), so the layout is checked whatever cache the caller passes.
+    layout = DynamicCache(config=model.config)
     if cache is None:
-        cache = DynamicCache(config=model.config)
+        cache = layout
     if type(cache) is not DynamicCache:
         raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
     if not hasattr(cache, "layers"):
         raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
     if cache.get_seq_length() != 0:
         raise ValueError("cache: must be empty; generate() prefills it with the prompt")
-    for layer in cache.layers:
+    for layer in list(layout.layers) + list(cache.layers):
         if type(layer) is not DynamicLayer:
             raise ValueError(
                 f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
