@@ -51,6 +51,12 @@ def test_parse_methods_and_capacity():
     for bad in ("", "ar,nope", "hf"):
         with pytest.raises(ValueError, match="methods: expected"):
             B.parse_methods(bad)
+    assert B.parse_methods("racer@16,racer@auto,racer") == ["racer@16", "racer@auto", "racer"]
+    assert B.split_method("logits@8") == ("logits", 8) and B.split_method("pld") == ("pld", None)
+    with pytest.raises(ValueError, match="'ar' takes no @capacity"):
+        B.parse_methods("ar@4")
+    with pytest.raises(ValueError, match="capacity: expected"):
+        B.parse_methods("racer@0")
     assert B.parse_capacity("auto") == "auto" and B.parse_capacity(" AUTO ") == "auto"
     assert B.parse_capacity("16") == 16
     for bad in ("0", "4097", "x", "1.5"):
@@ -380,16 +386,24 @@ def test_profile_forward_measures_every_size(lm):
         profile_forward(lm, [0, 4])
 
 
-def test_run_bench_with_auto_capacity(lm, tokenizer, tmp_path):
-    rows = B.run_bench(lm, tokenizer, PROMPTS[:2], ["ar", "racer"], tmp_path, max_new_tokens=8,
-                       capacity="auto", progress=False, warmup=False)
-    racer = [r for r in rows if r["method"] == "racer"]
-    assert all(r["matches_ar"] and r["capacity"] == "auto" for r in racer)
-    assert all(sum(r["capacity_used"].values()) == r["steps"] for r in racer)
+def test_run_bench_capacity_variants_auto_and_repeats(lm, tokenizer, tmp_path):
+    methods = ["ar", "racer@4", "racer@auto"]
+    rows = B.run_bench(lm, tokenizer, PROMPTS[:2], methods, tmp_path, max_new_tokens=8,
+                       capacity=64, progress=False, warmup=False, repeats=2)
+    assert [r["method"] for r in rows] == methods * 2
+    for r in rows:
+        assert r["matches_ar"] is True
+        assert len(r["wall_s_runs"]) == 2 and r["wall_s"] == min(r["wall_s_runs"])
+    fixed = [r for r in rows if r["method"] == "racer@4"]
+    assert all(r["capacity"] == 4 for r in fixed)
+    auto = [r for r in rows if r["method"] == "racer@auto"]
+    assert all(r["capacity"] == "auto" and sum(r["capacity_used"].values()) == r["steps"] for r in auto)
     meta = json.loads((tmp_path / "meta.json").read_text())
-    report = meta["capacity_auto"]["racer"]
-    assert str(report["choice"]) in report["expected_tokens"]
-    assert "capacity auto: chose C=" in (tmp_path / "summary.md").read_text()
+    report = meta["capacity_auto"]["racer@auto"]
+    assert str(report["choice"]) in report["expected_tokens"] and meta["repeats"] == 2
+    summary = (tmp_path / "summary.md").read_text()
+    assert "`racer@auto` capacity auto: chose C=" in summary and "shortest of the repeats" in summary
+    assert "| `racer@4` | 2 | 16 |" in summary
 
 
 def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):

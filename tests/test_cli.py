@@ -48,7 +48,7 @@ def test_parser_defaults_and_choices():
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--capacity", "0", "hi"], "capacity: expected an integer in [1, 4096] or 'auto'"),
     (["generate", "--method", "hf-pld", "hi"], "invalid choice: 'hf-pld'"),
-    (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected a comma-separated list"),
+    (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected names from ar, hf-greedy"),
     (["bench", "--methods", "ar"], "one of the arguments --dataset --questions is required"),
     (["bench", "--dataset", "humaneval", "--questions", "x.jsonl"], "not allowed with argument"),
 ])

@@ -49,19 +49,41 @@ METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retriev
 TREE_METHODS = ("racer", "retrieval", "logits", "logits-last")
 
 
-def parse_methods(text: Union[str, Sequence[str]]) -> List[str]:
-    """``"ar,racer"`` or ``"all"`` -> a list of method names, duplicates removed, order kept.
+def split_method(name: str) -> tuple:
+    """``"racer@16"`` -> ``("racer", 16)``, ``"racer@auto"`` -> ``("racer", "auto")``,
+    ``"racer"`` -> ``("racer", None)`` (None: the run's ``--capacity``).
 
     Raises:
-        ValueError: an unknown name or an empty list.
+        ValueError: an unknown method, a bad capacity, or a capacity on a method without a
+            draft tree of variable size (``ar``, ``pld``, ``hf-*``).
+    """
+    base, _, cap = name.partition("@")
+    if base not in METHODS:
+        raise ValueError(f"methods: expected names from {', '.join(METHODS)} (or 'all'), "
+                         f"optionally with @CAPACITY for {', '.join(TREE_METHODS)}; got {name!r}")
+    if not cap:
+        return base, None
+    if base not in TREE_METHODS:
+        raise ValueError(f"methods: {base!r} takes no @capacity (only {', '.join(TREE_METHODS)} do)")
+    return base, parse_capacity(cap)
+
+
+def parse_methods(text: Union[str, Sequence[str]]) -> List[str]:
+    """``"ar,racer,racer@16"`` or ``"all"`` -> a list of method names, duplicates removed,
+    order kept. ``NAME@CAPACITY`` (an int or ``auto``) runs a tree method at that capacity
+    instead of the run's ``capacity``, so several capacities can be compared in one run.
+
+    Raises:
+        ValueError: an unknown name, a bad ``@capacity``, or an empty list.
     """
     names = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
     if names == ["all"]:
         return list(METHODS)
-    bad = [m for m in names if m not in METHODS]
-    if bad or not names:
+    if not names:
         raise ValueError(f"methods: expected a comma-separated list from {', '.join(METHODS)} "
                          f"(or 'all'), got {text!r}")
+    for name in names:
+        split_method(name)
     return list(dict.fromkeys(names))
 
 
@@ -132,7 +154,8 @@ class MethodRunner:
             torch.cuda.synchronize(self.model.device)
 
     def controller(self, method: str) -> Any:
-        """The ``auto`` capacity controller of ``method`` (profiles the model on first use)."""
+        """The ``auto`` capacity controller of ``method`` (profiles the model on first use;
+        the profile is shared, the acceptance estimates are per method)."""
         if method not in self.controllers:
             from racer_ref.capacity import auto_controller
 
@@ -145,7 +168,8 @@ class MethodRunner:
         """Generate for one prompt and time it.
 
         Args:
-            method: one of :data:`METHODS`.
+            method: one of :data:`METHODS`, optionally ``NAME@CAPACITY`` (see
+                :func:`parse_methods`).
             prompt_ids: token ids (chat template already applied).
             max_new_tokens: override the runner's setting.
             seed: sampling seed (ignored when greedy).
@@ -155,10 +179,7 @@ class MethodRunner:
         Raises:
             ValueError: unknown method.
         """
-        import torch
-
-        if method not in METHODS:
-            raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        method, own_capacity = split_method(method)
         n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         if method in HF_METHODS:
             if self.temperature != 0:
@@ -171,7 +192,9 @@ class MethodRunner:
 
         from racer_ref.generate import generate
 
-        capacity: Union[int, str, None] = self.capacity if method in TREE_METHODS else None
+        capacity: Union[int, str, None] = None
+        if method in TREE_METHODS:
+            capacity = self.capacity if own_capacity is None else own_capacity
         drafter = None
         vocab = int(self.model.config.get_text_config().vocab_size
                     if hasattr(self.model.config, "get_text_config") else self.model.config.vocab_size)
@@ -181,7 +204,7 @@ class MethodRunner:
             if capacity == "auto":
                 from racer_ref.capacity import AdaptiveDrafter
 
-                ctrl = self.controller(method)
+                ctrl = self.controller(f"{method}@auto" if own_capacity else method)
                 inner = Drafter(method=method, vocab_size=vocab, capacity=max(ctrl.candidates),
                                 breadth=self.breadth, backend=self.backend)
                 drafter = AdaptiveDrafter(inner, ctrl)
@@ -254,6 +277,7 @@ def run_bench(
     backend: str = "rust",
     meta: Optional[Dict[str, Any]] = None,
     plots: bool = True,
+    repeats: int = 1,
 ) -> List[Dict[str, Any]]:
     """Run every method on every prompt and write ``results.jsonl``, ``meta.json``,
     ``summary.md`` and the plots into ``out_dir``.
@@ -274,6 +298,9 @@ def run_bench(
         backend: drafter backend.
         meta: extra fields for ``meta.json`` / the summary header.
         plots: write the PNG plots.
+        repeats: run every (prompt, method) this many times (rounds over the methods, each
+            round in a new rotation) and keep the shortest wall time: other processes can
+            only add time, so the minimum is the least disturbed measurement (>= 1).
 
     Returns:
         the rows written to ``results.jsonl``.
@@ -287,6 +314,8 @@ def run_bench(
         raise ValueError("prompts: no prompts selected")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
     if temperature and any(m in HF_METHODS for m in methods):
         raise ValueError("methods: hf-greedy and hf-pld are greedy only; drop them or use temperature 0")
     out = Path(out_dir)
@@ -296,13 +325,13 @@ def run_bench(
     encoded = [encode_prompt(tokenizer, p.text, p.chat) for p in prompts]
     info = run_metadata(model, max_new_tokens=max_new_tokens, capacity=capacity,
                         temperature=temperature, seed=seed, methods=methods, n_prompts=len(prompts),
-                        backend=backend)
+                        backend=backend, repeats=repeats)
     info.update(meta or {})
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
 
     from tqdm.auto import tqdm
 
-    total = len(prompts) * len(methods) + (len(methods) if warmup else 0)
+    total = len(prompts) * len(methods) * repeats + (len(methods) if warmup else 0)
     bar = tqdm(total=total, desc="bench", unit="run", disable=not progress, dynamic_ncols=True)
     if warmup:
         for method in methods:
@@ -313,13 +342,18 @@ def run_bench(
     with open(out / "results.jsonl", "w") as f:
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
             outputs: Dict[str, RunOutput] = {}
-            for method in method_order(methods, i):
-                bar.set_postfix_str(f"{prompt.prompt_id} {method}")
-                outputs[method] = runner.run(method, ids, seed=seed + i)
-                bar.update(1)
+            walls: Dict[str, List[float]] = {m: [] for m in methods}
+            for rep in range(repeats):
+                for method in method_order(methods, i + rep):
+                    bar.set_postfix_str(f"{prompt.prompt_id} {method}")
+                    o = runner.run(method, ids, seed=seed + i)
+                    walls[method].append(o.wall_s)
+                    outputs.setdefault(method, o)
+                    bar.update(1)
             ar_ids = outputs["ar"].result.token_ids if "ar" in outputs and temperature == 0 else None
             for method in methods:
                 o = outputs[method]
+                o.wall_s = min(walls[method])
                 r = o.result
                 mismatch = first_mismatch(r.token_ids, ar_ids) if ar_ids is not None else None
                 new = len(r.token_ids)
@@ -331,6 +365,7 @@ def run_bench(
                     "new_tokens": new,
                     "steps": int(r.steps),
                     "wall_s": round(o.wall_s, 6),
+                    "wall_s_runs": [round(w, 6) for w in walls[method]] if repeats > 1 else None,
                     "tokens_per_s": round(new / o.wall_s, 4) if o.wall_s > 0 else None,
                     "mean_accepted_tokens": _mat(r),
                     "accepted_lengths": [int(a) for a in r.accepted_lengths],
@@ -521,14 +556,15 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
     methods = meta.get("methods")
     lines = ["# racer-ref benchmark", ""]
     keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "cpu", "source",
-            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "torch",
+            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "repeats", "torch",
             "transformers", "date"]
     for k in keys:
         if k in meta and meta[k] is not None:
             lines.append(f"- {k.replace('_', ' ')}: {meta[k]}")
     lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; runs: {len(rows)}")
     lines.append("- MAT = mean tokens per step (a + 1) over all steps; speedup = token-weighted "
-                 "ratio of seconds per new token; warm-up run first, method order rotated per prompt")
+                 "ratio of seconds per new token; warm-up run first, method order rotated per prompt"
+                 + ("; wall time = the shortest of the repeats" if (meta.get("repeats") or 1) > 1 else ""))
     for m, text in (meta.get("capacity_auto_text") or {}).items():
         lines.append(f"- `{m}` {text}")
     text = "\n".join(lines) + "\n\n" + summary_tables(rows, methods)

@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run methods side by side on a prompt set; write results.jsonl, "
                                    "summary.md and PNG plots into --out.")
     b.add_argument("--methods", type=_methods_arg, default=list(METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all)")
+                   help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all); "
+                        "NAME@C runs a tree method at capacity C (e.g. racer@16,racer@auto)")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", choices=DATASETS, help="a named prompt set")
     src.add_argument("--questions", metavar="PATH",
@@ -145,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category)")
     b.add_argument("--per-category", type=int, default=None, metavar="N", help="first N prompts of each category")
     b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
+    b.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="run each prompt and method N times, keep the shortest wall time (default 1)")
     b.add_argument("--no-warmup", action="store_true")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--no-plots", action="store_true")
@@ -288,7 +291,7 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
         run_bench(model, tokenizer, prompts, args.methods, args.out, max_new_tokens=args.max_new_tokens,
                   capacity=args.capacity, temperature=args.temperature, seed=args.seed,
                   warmup=not args.no_warmup, progress=not args.no_progress, backend=args.backend,
-                  meta=meta, plots=not args.no_plots)
+                  meta=meta, plots=not args.no_plots, repeats=args.repeats)
     except ValueError as exc:
         raise SystemExit(f"racer-ref bench: error: {exc}")
     print((Path(args.out) / "summary.md").read_text())
