@@ -7,7 +7,8 @@
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
+use pyo3::{ffi, IntoPyObjectExt};
 
 use super::int_value;
 use crate::automaton::{Automaton, Paths};
@@ -20,10 +21,15 @@ fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
         out.push(Automaton::check_token("tokens", Some(i), v)?);
         Ok(())
     };
-    // Lists first: what a decoding loop passes, and no numpy type check needed.
+    // Lists first: what a decoding loop passes (a few tokens per step), and no numpy type
+    // check needed. Items are read by index, with no iterator object in between.
     if let Ok(list) = tokens.cast::<PyList>() {
-        for (i, item) in list.iter().enumerate() {
-            push(i, &item)?;
+        let mut i = 0;
+        // `len()` is read again each time: `int_value` cannot run Python code for an int,
+        // but a subclass's `__index__` could shrink the list under us.
+        while i < list.len() {
+            push(i, &list.get_item(i)?)?;
+            i += 1;
         }
         return Ok(());
     }
@@ -110,6 +116,53 @@ pub struct PyAutomaton {
     /// Reused between calls: the tokens of `extend`, the paths of `retrieve`.
     buf: Vec<u32>,
     paths: Paths,
+    /// The Python `int` of each token id below [`INT_CACHE_LIMIT`] that `retrieve` has
+    /// returned so far, indexed by id: a path element is then an incref, not a new `int`
+    /// (CPython only shares the ints -5..=256). Grown on demand; bounded by one pointer per
+    /// id up to the largest id seen (at most 8 * 2**18 bytes = 2 MiB) plus one `int` object
+    /// per distinct id seen. Freed with the automaton; `reset` keeps it (the ids stay valid).
+    ints: Vec<Option<Py<PyInt>>>,
+}
+
+/// Token ids from this one up are converted afresh on each `retrieve` instead of cached
+/// (2**18 = 262,144 covers the vocabularies of current models).
+const INT_CACHE_LIMIT: usize = 1 << 18;
+
+impl PyAutomaton {
+    /// The Python `int` of token id `t` (an owned reference), from the cache when possible.
+    fn int<'py>(ints: &mut Vec<Option<Py<PyInt>>>, py: Python<'py>, t: u32) -> Bound<'py, PyAny> {
+        let k = t as usize;
+        if k >= INT_CACHE_LIMIT {
+            return t.into_bound_py_any(py).expect("u32 to int is infallible");
+        }
+        if k >= ints.len() {
+            ints.resize_with(k + 1, || None);
+        }
+        ints[k]
+            .get_or_insert_with(|| PyInt::new(py, t).unbind())
+            .bind(py)
+            .clone()
+            .into_any()
+    }
+
+    /// A new list of `n` items (all NULL until set). Errors: `MemoryError`.
+    fn new_list(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyList>> {
+        // SAFETY: PyList_New returns a new reference or NULL with an exception set; the
+        // caller fills every slot with `set` before the list reaches Python code.
+        unsafe {
+            Ok(Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?
+                .cast_into_unchecked())
+        }
+    }
+
+    /// Fill slot `i` (< the list's length) of a list made by `new_list`, stealing `item`.
+    fn set(list: &Bound<'_, PyList>, i: usize, item: Bound<'_, PyAny>) {
+        // SAFETY: `i` is in range and the slot is empty (fresh list), so PyList_SetItem
+        // cannot fail; it steals the reference that `into_ptr` hands over.
+        unsafe {
+            ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
+        }
+    }
 }
 
 #[pymethods]
@@ -133,6 +186,7 @@ impl PyAutomaton {
             inner: Automaton::new(max_nodes, ngram, min_border_depth)?,
             buf: Vec::new(),
             paths: Paths::default(),
+            ints: Vec::new(),
         })
     }
 
@@ -159,11 +213,18 @@ impl PyAutomaton {
         let root = Automaton::check_token("root", None, int_value(root, "root", None)?)?;
         let capacity = Automaton::check_capacity(int_value(capacity, "capacity", None)?)?;
         self.inner.retrieve_into(root, capacity, &mut self.paths)?;
+        // Pre-sized lists filled in place; the ints come from the per-object cache.
         let p = &self.paths;
-        let lists = (0..p.len())
-            .map(|k| PyList::new(py, p.get(k)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, lists)
+        let outer = Self::new_list(py, p.len())?;
+        for k in 0..p.len() {
+            let path = p.get(k);
+            let inner = Self::new_list(py, path.len())?;
+            for (i, &t) in path.iter().enumerate() {
+                Self::set(&inner, i, Self::int(&mut self.ints, py, t));
+            }
+            Self::set(&outer, k, inner.into_any());
+        }
+        Ok(outer)
     }
 
     /// The borders for `root`, longest first, each as its token string (a suffix of the
