@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from models import OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import bench as B

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 import numpy as np
 
 from racer_ref.baselines import HF_METHODS, hf_generate
-from racer_ref.datasets import Prompt, encode_prompt, iter_categories
+from racer_ref.datasets import Prompt, encode_prompt
 
 #: Every method ``racer-ref bench`` runs, in the order tables list them.
 METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
@@ -139,7 +139,7 @@ class MethodRunner:
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
-        self.capacity = parse_capacity(capacity) if isinstance(capacity, str) else int(capacity)
+        self.capacity = parse_capacity(str(capacity))
         self.temperature = temperature
         self.eos_token_id = eos_token_id
         self.backend = backend
@@ -521,7 +521,7 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
     parts.append("### Overall\n\n" + _table(
         ["method", "prompts", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
          "speedup vs hf-greedy", "matches ar"], overall))
-    if len(categories) > 1 or categories:
+    if categories:
         mat_rows, sp_rows, sph_rows = [], [], []
         for c in categories + ["**overall**"]:
             sub = rows if c == "**overall**" else [r for r in rows if r["category"] == c]

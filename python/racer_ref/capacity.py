@@ -150,7 +150,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     import torch
     from transformers import DynamicCache
 
-    from racer_ref.verify import forward_prompt, forward_tree
+    from racer_ref.verify import forward_prompt
 
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 1:

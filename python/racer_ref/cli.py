@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -215,7 +214,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise SystemExit("racer-ref generate: error: --max-new-tokens must be >= 1")
     if args.baseline == "hf-greedy" and args.temperature > 0:
-        args.baseline = "ar"  # model.generate's sampling is not our baseline; use our loop
+        # hf-greedy is greedy only; with sampling, compare against our own loop's plain decoding.
+        print("note: --temperature > 0, so the baseline is `ar` (our loop, one token per pass)",
+              file=sys.stderr)
+        args.baseline = "ar"
     model, tokenizer = load(args)
     ids = encode_prompt(tokenizer, text, chat=not args.no_chat)
     runner = MethodRunner(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=args.capacity,
