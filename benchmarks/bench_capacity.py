@@ -1,0 +1,92 @@
+"""Cost of one verify pass against the draft-tree size, on this machine (what ``--capacity
+auto`` measures), and what it means for the speedup.
+
+    .venv/bin/python benchmarks/bench_capacity.py                 # default model, CPU, fp32
+    .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16
+    .venv/bin/python benchmarks/bench_capacity.py --mat 64=3.34 16=2.6   # + predicted speedups
+
+For each tree size n it prints the median and the minimum over ``--rounds`` interleaved rounds
+of one verify pass (forward over n tree tokens after ``--prefix`` cached tokens, plus the
+top-k and argmax every step does), and the ratio ``T(n) / T(1)``. On a busy machine the
+minimum is the less disturbed figure (other processes only ever add time).
+
+With ``--mat C=MAT ...`` (MAT measured by ``racer-ref bench`` at capacity C) it also prints the
+speedup over one-token decoding that the cost model predicts, ``MAT * T(1) / T(C)``,
+ignoring drafting and bookkeeping (a few percent of a step on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+try:  # the package as installed by `make setup`, else straight from the source tree
+    import racer_ref  # noqa: F401
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--sizes", default="1,2,4,8,11,16,24,32,48,64,96,128")
+    p.add_argument("--prefix", type=int, default=256, help="tokens in the KV cache")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
+    args = p.parse_args()
+
+    import numpy as np
+    import torch
+    from transformers import DynamicCache
+
+    from racer_ref.capacity import _pass, chain_tree
+    from racer_ref.models import load_model
+    from racer_ref.verify import forward_prompt
+
+    torch.set_num_threads(args.threads)
+    model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
+    vocab = int(model.config.vocab_size)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    samples = {n: [] for n in sizes}
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        prompt = torch.as_tensor(np.random.default_rng(0).integers(0, vocab, args.prefix), device=model.device)
+        forward_prompt(model, cache, prompt)
+        trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
+        for n in sizes:
+            _pass(model, cache, trees[n], args.prefix, 8)
+        for _ in range(args.rounds):
+            for n in sizes:
+                sync()
+                tic = time.perf_counter()
+                _pass(model, cache, trees[n], args.prefix, 8)
+                sync()
+                samples[n].append(time.perf_counter() - tic)
+    base_med = statistics.median(samples[1]) if 1 in samples else None
+    base_min = min(samples[1]) if 1 in samples else None
+    print(f"verify pass vs tree size: {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
+          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds")
+    print(f"{'n':>5} {'median ms':>10} {'min ms':>8} {'med/T1':>7} {'min/T1':>7}")
+    for n in sizes:
+        med, low = statistics.median(samples[n]) * 1e3, min(samples[n]) * 1e3
+        r_med = f"{med / (base_med * 1e3):7.2f}" if base_med else "      -"
+        r_min = f"{low / (base_min * 1e3):7.2f}" if base_min else "      -"
+        print(f"{n:>5} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
+    for item in args.mat:
+        c, mat = item.split("=")
+        c, mat = int(c), float(mat)
+        if c in samples and base_min:
+            print(f"capacity {c}: MAT {mat:.2f} -> predicted speedup over one-token decoding "
+                  f"{mat * base_min / min(samples[c]):.2f}x (min) / "
+                  f"{mat * base_med / statistics.median(samples[c]):.2f}x (median)")
+
+
+if __name__ == "__main__":
+    main()
