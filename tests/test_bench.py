@@ -353,6 +353,17 @@ def test_controller_picks_the_best_tokens_per_second_and_explores():
     rep = ctrl.report()
     assert rep["choice"] == 64 and rep["used"] == {8: 6, 64: 2} and rep["explored_steps"] == 2
     assert "capacity auto: chose C=64" in ctrl.describe()
+    # Measured step times replace the profile once a capacity has min_timed of them.
+    ctrl = CapacityController({1: 1.0, 8: 4.0}, explore_every=0, min_timed=3)
+    ctrl.update_tokens({1: 1, 8: 2})
+    assert ctrl.choice == 1  # 1 / 1.0 beats 2 / 4.0 by the profile
+    for _ in range(3):
+        ctrl.update_time(8, 1.0)  # 8 nodes really cost 1.0 s here...
+    assert ctrl.step_seconds(8) == 1.0 and ctrl.step_seconds(1) == 0.25  # ...and 1 scales along
+    assert ctrl.choice == 1
+    for _ in range(3):
+        ctrl.update_time(1, 1.0)  # measured: one node costs as much as eight
+    assert ctrl.step_seconds(1) == 1.0 and ctrl.choice == 8
     with pytest.raises(ValueError, match="decay"):
         CapacityController({1: 1.0}, decay=1.0)
     with pytest.raises(ValueError, match="forward_seconds"):

@@ -11,8 +11,10 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
 ``T(C)`` the wall time of one step. We estimate both:
 
 * ``T(C)``: :func:`profile_forward` times the target's verify pass over trees of several
-  sizes on this device (once per model, device and dtype); while generating, a scale factor
-  follows the measured step times (it absorbs drafting, acceptance and machine load).
+  sizes on this device (once per model, device and dtype). While generating we time every
+  step: a capacity with a few measured steps gets the median of its recent ones; the others
+  get their profile times a scale (the median ratio of measured step to profile), which
+  absorbs drafting, acceptance and the load of the machine.
 * ``E[a + 1 | C]``: the drafter always drafts at the largest candidate capacity (drafting
   costs microseconds), and :class:`AdaptiveDrafter` verifies only the first C nodes of that
   tree in a fixed priority order (root, retrieval nodes, then logits nodes, each
@@ -29,8 +31,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections import Counter, deque
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -129,10 +131,11 @@ def chain_tree(n: int, vocab_size: int, seed: int = 0) -> DraftTree:
 
 def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefix_length: int = 256,
                     repeats: int = 3, use_cache: bool = True) -> Dict[int, float]:
-    """Median seconds of one verify pass over ``n`` tree tokens, for each ``n`` in ``sizes``,
-    after ``prefix_length`` cached tokens, on the model's device and dtype (includes the
-    top-k and argmax over the logits that every step does). Sizes are timed in interleaved
-    rounds, and the result is made non-decreasing in ``n`` (noise on a busy machine).
+    """Seconds of one verify pass over ``n`` tree tokens, for each ``n`` in ``sizes``, after
+    ``prefix_length`` cached tokens, on the model's device and dtype (includes the top-k and
+    argmax over the logits that every step does). Sizes are timed in interleaved rounds; we
+    keep each size's fastest round and make the result non-decreasing in ``n`` (both against
+    the noise of a busy machine).
 
     Args:
         model: the target model.
@@ -183,10 +186,11 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
                 _pass(model, cache, trees[n], prefix_length, 8)
                 sync()
                 samples[n].append(time.perf_counter() - tic)
-    medians = [statistics.median(samples[n]) for n in sizes]
+    # Other processes can only add time, so the fastest round is the least disturbed one.
+    fastest = [min(samples[n]) for n in sizes]
     # A pass over more tokens never costs less: where a smaller size measured slower than a
     # larger one, that was noise; keep the smallest time seen at this size or any larger one.
-    out = {n: min(medians[i:]) for i, n in enumerate(sizes)}
+    out = {n: min(fastest[i:]) for i, n in enumerate(sizes)}
     _PROFILES[key] = dict(out)
     return out
 
@@ -220,13 +224,17 @@ class CapacityController:
         explore_every: every this many steps, try a larger candidate once (0: never): the
             smallest one >= max(2 * choice, 8), or else the next larger one.
         start: the first capacity (default: the best by the prior).
+        window: measured step times kept per capacity (the most recent ones).
+        min_timed: measured steps a capacity needs before its own median replaces the
+            scaled profile as ``T(C)``.
 
     Raises:
         ValueError: empty ``forward_seconds``, a capacity < 1, or ``decay`` out of range.
     """
 
     def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.9,
-                 explore_every: int = 8, start: Optional[int] = None) -> None:
+                 explore_every: int = 8, start: Optional[int] = None, window: int = 16,
+                 min_timed: int = 3) -> None:
         if not forward_seconds or min(forward_seconds) < 1:
             raise ValueError("forward_seconds: expected {capacity >= 1: seconds}, non-empty")
         if not 0 <= decay < 1:
@@ -235,13 +243,15 @@ class CapacityController:
         self.forward_seconds = {int(c): float(s) for c, s in forward_seconds.items()}
         self.decay = decay
         self.explore_every = explore_every
+        self.window, self.min_timed = window, min_timed
         self.tokens: Dict[int, float] = {}  # EMA of a + 1 per capacity
-        self.scale = 1.0  # measured step time / profiled forward time (EMA)
+        self.scale = 1.0  # measured step time / profiled forward time (median of recent steps)
+        self.step_times: Dict[int, Deque[float]] = {c: deque(maxlen=self.window) for c in self.candidates}
+        self._ratios: Deque[float] = deque(maxlen=2 * self.window)
         self.steps = 0
         self.used: List[int] = []
         self.choice = start if start is not None else self._best()
         self.explored = 0
-        self._timed = False
 
     # -- estimates ---------------------------------------------------------------------------
     def expected_tokens(self, capacity: int) -> float:
@@ -256,7 +266,12 @@ class CapacityController:
         return self.tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
 
     def step_seconds(self, capacity: int) -> float:
-        """``T(C)``: the profiled verify pass times the measured scale."""
+        """``T(C)``: the median of the recent measured steps at C when there are at least
+        ``min_timed`` of them, else the profiled verify pass times the measured scale (the
+        median ratio of measured step time to profile over recent steps at any capacity)."""
+        times = self.step_times[capacity]
+        if len(times) >= self.min_timed:
+            return statistics.median(times)
         return self.forward_seconds[capacity] * self.scale
 
     def tokens_per_second(self, capacity: int) -> float:
@@ -294,11 +309,9 @@ class CapacityController:
         ref = self.forward_seconds.get(capacity)
         if ref is None or ref <= 0 or seconds <= 0:
             return
-        ratio = seconds / ref
-        if not self._timed:
-            self.scale, self._timed = ratio, True
-        else:
-            self.scale = self.decay * self.scale + (1 - self.decay) * ratio
+        self.step_times[capacity].append(seconds)
+        self._ratios.append(seconds / ref)
+        self.scale = statistics.median(self._ratios)
         self.choice = self._best()
 
     def report(self) -> Dict[str, Any]:
@@ -309,6 +322,7 @@ class CapacityController:
             "used": dict(sorted(Counter(self.used).items())),
             "explored_steps": self.explored,
             "forward_ms": {c: round(s * 1e3, 2) for c, s in self.forward_seconds.items()},
+            "step_ms": {c: round(self.step_seconds(c) * 1e3, 2) for c in self.candidates},
             "expected_tokens": {c: round(self.expected_tokens(c), 3) for c in self.candidates},
             "expected_tokens_per_s": {c: round(self.tokens_per_second(c), 2) for c in self.candidates},
             "time_scale": round(self.scale, 3),
@@ -321,8 +335,9 @@ class CapacityController:
         common = ", ".join(f"{c} ({100 * k / total:.0f}%)" for c, k in used.most_common(3))
         return (f"capacity auto: chose C={self.choice} (expected {self.expected_tokens(self.choice):.2f} "
                 f"tokens/step, {self.tokens_per_second(self.choice):.1f} tokens/s); used {common} "
-                f"of {total} steps; forward ms by C: "
-                + " ".join(f"{c}:{s * 1e3:.0f}" for c, s in self.forward_seconds.items()))
+                f"of {total} steps; step ms by C (profiled): "
+                + " ".join(f"{c}:{self.step_seconds(c) * 1e3:.0f}({s * 1e3:.0f})"
+                           for c, s in self.forward_seconds.items()))
 
 
 class AdaptiveDrafter(DrafterWrapper):
