@@ -47,6 +47,7 @@ def lm(tokenizer):
 def test_parse_methods_and_capacity():
     assert B.parse_methods("ar, racer,ar") == ["ar", "racer"]
     assert B.parse_methods("all") == list(B.METHODS)
+    assert B.parse_methods("all,racer@16,ar") == list(B.METHODS) + ["racer@16"]
     for bad in ("", "ar,nope", "hf"):
         with pytest.raises(ValueError, match="methods: expected"):
             B.parse_methods(bad)

@@ -69,16 +69,16 @@ def split_method(name: str) -> tuple:
 
 
 def parse_methods(text: Union[str, Sequence[str]]) -> List[str]:
-    """``"ar,racer,racer@16"`` or ``"all"`` -> a list of method names, duplicates removed,
-    order kept. ``NAME@CAPACITY`` (an int or ``auto``) runs a tree method at that capacity
+    """``"ar,racer,racer@16"`` or ``"all"`` (or ``"all,racer@16"``) -> a list of method
+    names, duplicates removed, order kept. ``NAME@CAPACITY`` (an int or ``auto``) runs a tree method at that capacity
     instead of the run's ``capacity``, so several capacities can be compared in one run.
 
     Raises:
         ValueError: an unknown name, a bad ``@capacity``, or an empty list.
     """
     names = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
-    if names == ["all"]:
-        return list(METHODS)
+    # "all" stands for every plain method, wherever it appears (e.g. "all,racer@16").
+    names = [m for name in names for m in (METHODS if name == "all" else (name,))]
     if not names:
         raise ValueError(f"methods: expected a comma-separated list from {', '.join(METHODS)} "
                          f"(or 'all'), got {text!r}")
