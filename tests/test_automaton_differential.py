@@ -175,7 +175,13 @@ class Pair:
         max_nodes, ngram, min_depth = self.args
         dump = self.rust.dump()
         assert dump == self.python.dump()
-        assert self.rust.stats() == self.python.stats()
+        # Every counter agrees except the failure-link cache's own: the Rust core's retrieve
+        # finds borders from the open windows and walks no failure links (same borders,
+        # checked below against brute force), so it consults that cache less often.
+        cache_counters = {"fail_hits", "fail_misses"}
+        rust_stats = {k: v for k, v in self.rust.stats().items() if k not in cache_counters}
+        python_stats = {k: v for k, v in self.python.stats().items() if k not in cache_counters}
+        assert rust_stats == python_stats
         assert len(self.rust) == len(self.python) == self.rust.len() <= max_nodes
         d = parse_dump(dump)
         if full:

@@ -48,7 +48,9 @@ class Automaton:
     def __len__(self) -> int: ...
     def stats(self) -> Dict[str, int]:
         """nodes, max_nodes, ngram, min_border_depth, committed_tokens, inserts, evictions,
-        retrieves, fail_hits, fail_misses, matching_depth."""
+        retrieves, fail_hits, fail_misses, matching_depth. The failure-link cache counters
+        (fail_hits, fail_misses) are the only ones that differ from the twin's: ``retrieve``
+        here finds the borders from the open windows and follows no failure links."""
     def dump(self) -> str:
         """Canonical text of the whole automaton (same as the Python twin's)."""
 

@@ -140,7 +140,8 @@ def automaton_walkthrough(
     out(f"\n{decoded} tokens in {steps} steps: {decoded / steps:.2f} tokens per step from the "
         "retrieval tree alone (autoregressive decoding: 1.00)")
     out(f"trie: {st['nodes']} nodes, {st['inserts']} inserted, {st['evictions']} evicted; "
-        f"failure links: {st['fail_hits']} cache hits, {st['fail_misses']} computed")
+        f"failure links (twin): {twin.stats()['fail_hits']} cache hits, "
+        f"{twin.stats()['fail_misses']} computed")
     out(f"Rust core and Python twin: same retrieval trees at every step, same dump(): {same}")
     out(f"per step (retrieve + extend, median): Rust {med['rust']:.1f} us, "
         f"Python twin {med['python']:.1f} us")

@@ -45,6 +45,9 @@
 //!   children of nodes with two children or more; an only child is read from its parent
 //!   (most deep n-grams never repeat, so most lookups and inserts skip the hash map).
 //! * Before an eviction the extended path is touched only if its last node is the LRU tail.
+//! * Retrieval finds the borders from the open windows, which are exactly the states on the
+//!   matching state's failure chain, instead of walking that chain (`collect_borders`); the
+//!   twin walks the failure links, as does `borders()` here, and debug builds compare both.
 //! * Retrieval keeps one candidate per sibling list on its heap, and never more siblings
 //!   than nodes it may still keep; `retrieve_into` reuses its buffers.
 
@@ -548,9 +551,11 @@ impl Automaton {
     /// Touch `s` and its ancestors, bottom-up (the root is not on the LRU list).
     #[inline]
     fn touch_path(&mut self, mut s: StateID) {
+        // Separate borrows, so the loop keeps both in registers.
+        let (nodes, recency) = (&self.nodes, &mut self.recency);
         while s != ROOT {
-            self.recency.touch(s);
-            s = self.nodes[s as usize].parent;
+            recency.touch(s);
+            s = nodes[s as usize].parent;
         }
     }
 
@@ -681,13 +686,17 @@ impl Automaton {
     /// The borders for `root`, longest first: for each state on the failure chain of the
     /// matching state (all suffixes of the committed tokens present in the trie, the root
     /// included), its child for `root` if that child has depth >= `min_border_depth`.
+    ///
+    /// This is the Aho-Corasick definition, walked through the (lazy) failure links, as the
+    /// twin does. `retrieve` gets the same states faster from the open windows (see
+    /// `collect_borders`).
     pub fn borders(&mut self, root: u32) -> Vec<StateID> {
         let mut out = Vec::new();
-        self.collect_borders(root, &mut out);
+        self.borders_by_failure_links(root, &mut out);
         out
     }
 
-    fn collect_borders(&mut self, root: u32, out: &mut Vec<StateID>) {
+    fn borders_by_failure_links(&mut self, root: u32, out: &mut Vec<StateID>) {
         let mut s = self.matching;
         loop {
             if let Some(c) = self.child(s, root) {
@@ -699,6 +708,39 @@ impl Automaton {
                 break;
             }
             s = self.fail(s);
+        }
+    }
+
+    /// The borders for `root` (see [`Automaton::borders`]), from the open windows.
+    ///
+    /// The failure chain of the matching state visits every suffix of the committed tokens
+    /// that is a trie path, longest first. Those are exactly the open windows: window `i` is
+    /// open iff the last `i` committed tokens are a trie path (module docs), and the matching
+    /// state is the longest open window. So the borders are the open windows' children for
+    /// `root`, longest window first, with no failure link to follow or recompute (an insert
+    /// or eviction invalidates cached links, so the walk recomputes about ten per step).
+    /// A window of `i` tokens gives a border of depth `i + 1`; windows of `ngram` tokens
+    /// have no children. Debug builds check the result against the failure-link walk.
+    fn collect_borders(&mut self, root: u32, out: &mut Vec<StateID>) {
+        let start = out.len();
+        let shortest = self.min_border_depth.saturating_sub(1);
+        for i in (shortest..self.ngram).rev() {
+            let w = self.windows[i];
+            if !self.is_open(w) {
+                continue;
+            }
+            if let Some(c) = self.child(w.state, root) {
+                out.push(c);
+            }
+        }
+        if cfg!(debug_assertions) {
+            let mut by_links = Vec::new();
+            self.borders_by_failure_links(root, &mut by_links);
+            debug_assert_eq!(
+                &out[start..],
+                &by_links[..],
+                "borders: windows vs failure links"
+            );
         }
     }
 

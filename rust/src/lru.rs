@@ -92,29 +92,41 @@ impl RecencyList {
     /// Make `slot` the most recent one, adding it to the list if it is not there yet.
     #[inline]
     pub fn touch(&mut self, slot: u32) {
-        if self.head == slot {
+        let old_head = self.head;
+        if old_head == slot {
             return;
         }
-        if (slot as usize) >= self.links.len() {
-            self.links.resize(slot as usize + 1, UNLINKED);
+        let s = slot as usize;
+        if s >= self.links.len() {
+            self.links.resize(s + 1, UNLINKED);
         }
-        if self.links[slot as usize].newer != NIL {
-            // On the list and not the head (checked above): take it out first.
-            self.unlink(slot);
+        // Work on a local slice: the compiler can then keep its pointer in a register.
+        let links = &mut self.links[..];
+        let Link { newer, older } = links[s];
+        if newer != NIL {
+            // On the list and not the head (checked above): close the gap it leaves.
+            // `newer` is then a real slot, so only the older side can be the tail.
+            links[newer as usize].older = older;
+            if older != NIL {
+                links[older as usize].newer = newer;
+            } else {
+                self.tail = newer;
+            }
+        } else {
+            // Not on the list yet: it joins.
+            self.len += 1;
         }
         // Push at the head.
-        let old_head = self.head;
-        self.links[slot as usize] = Link {
+        links[s] = Link {
             newer: NIL,
             older: old_head,
         };
         if old_head != NIL {
-            self.links[old_head as usize].newer = slot;
+            links[old_head as usize].newer = slot;
         } else {
             self.tail = slot;
         }
         self.head = slot;
-        self.len += 1;
     }
 
     /// Take `slot` off the list (no-op if it is not on it).

@@ -441,6 +441,10 @@ class Automaton:
     #   chain:     [3 7 9 1] -> [7 9 1] -> [9 1] -> [1] -> (root)
     #   borders:   [7 9 1 2] (no children), [9 1 2] -> 4, [1 2] -> 3 (x2), 4 (x1)
     #
+    # (Those suffixes are also exactly the open windows of Part 2: the Rust core reads the
+    # borders from its windows and follows no failure link. Same states, fewer steps; here
+    # I walk the chain, which is what Aho-Corasick matching is about.)
+    #
     # Merging. A continuation is identified by the tokens after the root, whatever border
     # it was found under; found under several, it is one node whose frequency is the
     # largest of theirs. Here the candidates below the root are 3 (freq 2) and 4 (freq 1):

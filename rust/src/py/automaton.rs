@@ -150,8 +150,10 @@ impl PyAutomaton {
         // SAFETY: PyList_New returns a new reference or NULL with an exception set; the
         // caller fills every slot with `set` before the list reaches Python code.
         unsafe {
-            Ok(Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?
-                .cast_into_unchecked())
+            Ok(
+                Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?
+                    .cast_into_unchecked(),
+            )
         }
     }
 
