@@ -354,6 +354,9 @@ def test_controller_picks_the_best_tokens_per_second_and_explores():
     rep = ctrl.report()
     assert rep["choice"] == 64 and rep["used"] == {8: 6, 64: 2} and rep["explored_steps"] == 2
     assert "capacity auto: chose C=64" in ctrl.describe()
+    # Exploring takes the largest capacity that costs at most twice the choice.
+    ctrl = CapacityController({1: 1.0, 2: 1.1, 8: 1.5, 16: 2.0, 64: 4.0}, explore_every=2, start=1)
+    assert [ctrl.next_capacity() for _ in range(4)] == [1, 16, 1, 16]
     # Measured step times replace the profile once a capacity has min_timed of them.
     ctrl = CapacityController({1: 1.0, 8: 4.0}, explore_every=0, min_timed=3)
     ctrl.update_tokens({1: 1, 8: 2})
@@ -415,6 +418,37 @@ def test_run_bench_capacity_variants_auto_and_repeats(lm, tokenizer, tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "`racer@auto` capacity auto: chose C=" in summary and "shortest of the repeats" in summary
     assert "| `racer@4` | 2 | 16 |" in summary
+
+
+def test_shared_drafter_state_keeps_one_drafter_per_method(lm, tokenizer, tmp_path):
+    # The paper's evaluation mode: one drafter per method across all prompts. The same
+    # prompt run twice drafts from what the first run left, so the second run's retrieval
+    # finds the whole continuation; per request, both runs are the same.
+    prompts = [PROMPTS[0], Prompt("p0-again", "prose", PROMPTS[0].text)]
+    methods = ["ar", "retrieval", "racer@auto"]
+    shared = B.run_bench(lm, tokenizer, prompts, methods, tmp_path / "shared", max_new_tokens=12,
+                         capacity=16, progress=False, warmup=False, drafter_state="shared")
+    fresh = B.run_bench(lm, tokenizer, prompts, methods, tmp_path / "fresh", max_new_tokens=12,
+                        capacity=16, progress=False, warmup=False)
+    assert all(r["matches_ar"] is True for r in shared + fresh)
+
+    def mat(rows, method, pid):
+        return next(r["mean_accepted_tokens"] for r in rows if r["method"] == method and r["prompt_id"] == pid)
+
+    assert mat(fresh, "retrieval", "p0") == mat(fresh, "retrieval", "p0-again")
+    assert mat(shared, "retrieval", "p0") == mat(fresh, "retrieval", "p0")
+    assert mat(shared, "retrieval", "p0-again") > mat(shared, "retrieval", "p0")
+    auto = [r for r in shared if r["method"] == "racer@auto"]
+    assert all(sum(r["capacity_used"].values()) == r["steps"] for r in auto)
+    assert json.loads((tmp_path / "shared" / "meta.json").read_text())["drafter_state"] == "shared"
+    assert "- drafter state: per-request" in (tmp_path / "fresh" / "summary.md").read_text()
+    runner = B.MethodRunner(lm, tokenizer, max_new_tokens=4, capacity=8, drafter_state="shared")
+    runner.run("racer", [1, 2, 3])
+    first = runner.drafters["racer@8"]
+    runner.run("racer", [1, 2, 3])
+    assert runner.drafters == {"racer@8": first}
+    with pytest.raises(ValueError, match="drafter_state"):
+        B.MethodRunner(lm, tokenizer, drafter_state="global")
 
 
 def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):

@@ -24,7 +24,10 @@ prefill (for ``hf-*`` the forward calls counted by a hook); **MAT** is the mean 
 over all steps of all prompts; **speedup** of a method over a baseline is token-weighted:
 ``(sum wall_s / sum new_tokens)`` of the baseline divided by the same for the method, over
 the prompts both ran. ``wall_s`` is the wall time of one call from token ids to output ids
-(prefill included, model loading and tokenization excluded). Drafter state is per request.
+(prefill included, model loading and tokenization excluded). Drafter state is per request
+by default; ``drafter_state="shared"`` (``--drafter-state shared``) keeps one drafter per method
+across all prompts, warm-up included, as the paper's evaluation did (racer-spec.md, "State
+lifetime"); ``meta.json`` and the summary record which.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from racer_ref.datasets import Prompt, encode_prompt
 
 #: Every method ``racer-ref bench`` runs, in the order tables list them.
 METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
+#: How long drafter state lives in a benchmark (racer-spec.md, "State lifetime").
+DRAFTER_STATES = ("per-request", "shared")
+
 #: Methods whose drafter builds trees, so that ``capacity`` (and ``auto``) applies.
 TREE_METHODS = ("racer", "retrieval", "logits", "logits-last")
 
@@ -130,12 +136,20 @@ class MethodRunner:
         eos_token_id: stop token(s) (default: the model's generation config).
         backend: drafter backend, ``"rust"`` or ``"python"``.
         max_auto_capacity: largest capacity ``auto`` may pick.
+        drafter_state: ``"per-request"`` (a fresh drafter for every prompt) or ``"shared"``
+            (one drafter per method, kept across every prompt this runner decodes).
+
+    Raises:
+        ValueError: an unknown ``drafter_state``.
     """
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 128,
                  capacity: Union[int, str] = 64, temperature: float = 0.0,
                  eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = 64,
-                 breadth: int = 8) -> None:
+                 breadth: int = 8, drafter_state: str = "per-request") -> None:
+        if drafter_state not in DRAFTER_STATES:
+            raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, "
+                             f"got {drafter_state!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -146,6 +160,8 @@ class MethodRunner:
         self.max_auto_capacity = max_auto_capacity
         self.breadth = breadth
         self.controllers: Dict[str, Any] = {}
+        self.drafter_state = drafter_state
+        self.drafters: Dict[str, Any] = {}  # shared mode: method name -> its one drafter
 
     def _sync(self) -> None:
         if getattr(self.model.device, "type", "cpu") == "cuda":
@@ -161,6 +177,32 @@ class MethodRunner:
 
             self.controllers[method] = auto_controller(self.model, max_capacity=self.max_auto_capacity)
         return self.controllers[method]
+
+    def _drafter(self, method: str, capacity: Union[int, str, None],
+                 own_capacity: Union[int, str, None]) -> Any:
+        """The drafter for one run of ``method``: a fresh one, or in shared mode the method's
+        one drafter (created on first use). For ``auto`` capacity the drafter (built at the
+        largest candidate capacity) is wrapped, for this run only, in an ``AdaptiveDrafter``."""
+        from racer_ref.drafter import Drafter
+
+        ctrl = None
+        if capacity == "auto":
+            ctrl = self.controller(f"{method}@auto" if own_capacity else method)
+        key = f"{method}@{capacity}"
+        inner = self.drafters.get(key) if self.drafter_state == "shared" else None
+        if inner is None:
+            vocab = int(self.model.config.get_text_config().vocab_size
+                        if hasattr(self.model.config, "get_text_config") else self.model.config.vocab_size)
+            size = max(ctrl.candidates) if ctrl is not None else (int(capacity) if capacity is not None else 64)
+            inner = Drafter(method=method, vocab_size=vocab, capacity=size, breadth=self.breadth,
+                            backend=self.backend)
+            if self.drafter_state == "shared":
+                self.drafters[key] = inner
+        if ctrl is not None:
+            from racer_ref.capacity import AdaptiveDrafter
+
+            return AdaptiveDrafter(inner, ctrl)
+        return inner
 
     def run(self, method: str, prompt_ids: Sequence[int], max_new_tokens: Optional[int] = None,
             seed: Optional[int] = None, drafter_wrapper: Optional[Callable[[Any], Any]] = None,
@@ -196,22 +238,9 @@ class MethodRunner:
         if method in TREE_METHODS:
             capacity = self.capacity if own_capacity is None else own_capacity
         drafter = None
-        vocab = int(self.model.config.get_text_config().vocab_size
-                    if hasattr(self.model.config, "get_text_config") else self.model.config.vocab_size)
-        if method != "ar":
-            from racer_ref.drafter import Drafter
-
-            if capacity == "auto":
-                from racer_ref.capacity import AdaptiveDrafter
-
-                ctrl = self.controller(f"{method}@auto" if own_capacity else method)
-                inner = Drafter(method=method, vocab_size=vocab, capacity=max(ctrl.candidates),
-                                breadth=self.breadth, backend=self.backend)
-                drafter = AdaptiveDrafter(inner, ctrl)
-            elif drafter_wrapper is not None:
-                drafter = Drafter(method=method, vocab_size=vocab,
-                                  capacity=int(capacity) if capacity is not None else 64,
-                                  breadth=self.breadth, backend=self.backend)
+        if method != "ar" and (capacity == "auto" or self.drafter_state == "shared"
+                               or drafter_wrapper is not None):
+            drafter = self._drafter(method, capacity, own_capacity)
         if drafter_wrapper is not None and drafter is not None:
             drafter = drafter_wrapper(drafter)
         gen_seed = seed if self.temperature > 0 else None
@@ -278,6 +307,7 @@ def run_bench(
     meta: Optional[Dict[str, Any]] = None,
     plots: bool = True,
     repeats: int = 1,
+    drafter_state: str = "per-request",
 ) -> List[Dict[str, Any]]:
     """Run every method on every prompt and write ``results.jsonl``, ``meta.json``,
     ``summary.md`` and the plots into ``out_dir``.
@@ -301,6 +331,9 @@ def run_bench(
         repeats: run every (prompt, method) this many times (rounds over the methods, each
             round in a new rotation) and keep the shortest wall time: other processes can
             only add time, so the minimum is the least disturbed measurement (>= 1).
+        drafter_state: ``"per-request"`` (default) or ``"shared"``: one drafter per method
+            for the whole run, warm-up included (the paper's evaluation; results then depend
+            on prompt order, and with ``repeats > 1`` a repeat sees its prompt again).
 
     Returns:
         the rows written to ``results.jsonl``.
@@ -321,11 +354,12 @@ def run_bench(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
-                          temperature=temperature, eos_token_id=eos_token_id, backend=backend)
+                          temperature=temperature, eos_token_id=eos_token_id, backend=backend,
+                          drafter_state=drafter_state)
     encoded = [encode_prompt(tokenizer, p.text, p.chat) for p in prompts]
     info = run_metadata(model, max_new_tokens=max_new_tokens, capacity=capacity,
                         temperature=temperature, seed=seed, methods=methods, n_prompts=len(prompts),
-                        backend=backend, repeats=repeats)
+                        backend=backend, repeats=repeats, drafter_state=drafter_state)
     info.update(meta or {})
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -418,7 +452,6 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "drafter_state": "per request",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     info.update(fields)

@@ -21,7 +21,8 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
   breadth-first; every prefix of that order is a valid tree). Because a smaller capacity
   keeps a prefix of the same order, one verified step tells us exactly how many tokens every
   smaller capacity would have accepted. Larger capacities are extrapolated and explored: every
-  ``explore_every`` steps one step uses a candidate at least twice as large.
+  ``explore_every`` steps one step uses the largest candidate that costs at most twice the
+  current choice (so exploring never costs more than one extra step in ``explore_every``).
 
 Estimates are exponential moving averages, so the choice keeps adapting while generating.
 """
@@ -222,7 +223,8 @@ class CapacityController:
         forward_seconds: ``{capacity: seconds per verify pass}`` (:func:`profile_forward`).
         decay: weight of the past in the moving averages, in ``[0, 1)``.
         explore_every: every this many steps, try a larger candidate once (0: never): the
-            smallest one >= max(2 * choice, 8), or else the next larger one.
+            largest one whose profiled pass costs at most twice the choice's, or else the
+            next larger one.
         start: the first capacity (default: the best by the prior).
         window: measured step times kept per capacity (the most recent ones).
         min_timed: measured steps a capacity needs before its own median replaces the
@@ -232,7 +234,7 @@ class CapacityController:
         ValueError: empty ``forward_seconds``, a capacity < 1, or ``decay`` out of range.
     """
 
-    def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.9,
+    def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.97,
                  explore_every: int = 8, start: Optional[int] = None, window: int = 16,
                  min_timed: int = 3) -> None:
         if not forward_seconds or min(forward_seconds) < 1:
@@ -286,12 +288,14 @@ class CapacityController:
         self.steps += 1
         capacity = self.choice
         if self.explore_every and self.steps % self.explore_every == 0:
-            # Explore a capacity at least twice the choice (and at least 8): one such step
-            # also tells us what every capacity below it would have accepted.
-            larger = [c for c in self.candidates if c >= max(2 * self.choice, 8) and c > self.choice]
-            larger = larger or [c for c in self.candidates if c > self.choice]
+            # Explore the largest capacity whose profiled pass costs at most twice the
+            # choice's (or else the next larger one): one such step tells us exactly what
+            # every capacity up to it would have accepted, for at most one extra step's time.
+            budget = 2 * self.forward_seconds[self.choice]
+            larger = [c for c in self.candidates if c > self.choice]
+            affordable = [c for c in larger if self.forward_seconds[c] <= budget]
             if larger:
-                capacity = larger[0]
+                capacity = max(affordable) if affordable else larger[0]
                 self.explored += 1
         self.used.append(capacity)
         return capacity

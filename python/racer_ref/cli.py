@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
     b.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each prompt and method N times, keep the shortest wall time (default 1)")
+    b.add_argument("--drafter-state", default="per-request", choices=["per-request", "shared"],
+                   help="per-request: a fresh drafter for each prompt (default); shared: one "
+                        "drafter per method across all prompts, as the paper's evaluation")
     b.add_argument("--no-warmup", action="store_true")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--no-plots", action="store_true")
@@ -293,7 +296,8 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
         run_bench(model, tokenizer, prompts, args.methods, args.out, max_new_tokens=args.max_new_tokens,
                   capacity=args.capacity, temperature=args.temperature, seed=args.seed,
                   warmup=not args.no_warmup, progress=not args.no_progress, backend=args.backend,
-                  meta=meta, plots=not args.no_plots, repeats=args.repeats)
+                  meta=meta, plots=not args.no_plots, repeats=args.repeats,
+                  drafter_state=args.drafter_state)
     except ValueError as exc:
         raise SystemExit(f"racer-ref bench: error: {exc}")
     print((Path(args.out) / "summary.md").read_text())
