@@ -15,7 +15,8 @@ import pytest
 from models import OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import bench as B
 from racer_ref.baselines import ForwardCounter, hf_generate, tokens_per_step
-from racer_ref.capacity import (AdaptiveDrafter, CapacityController, priority_order, profile_forward,
+from racer_ref.capacity import (AdaptiveDrafter, CapacityController, draft_context, priority_order,
+                                profile_forward,
                                 tokens_if_truncated, truncate_tree)
 from racer_ref.datasets import Prompt, encode_prompt
 from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
@@ -381,7 +382,8 @@ def test_adaptive_drafter_is_lossless_and_learns(lm, tokenizer):
     truth = greedy_reference(lm, prompt, 24)
     # Oracle chains of 4 true tokens among decoys: larger trees keep more of the chain.
     ctrl = CapacityController({1: 1.0, 2: 1.0, 4: 1.0, 16: 1.0}, explore_every=0, start=2)
-    drafter = AdaptiveDrafter(OracleDrafter(prompt, truth, len(tokenizer), depth=4, wrong=1), ctrl)
+    drafter = AdaptiveDrafter(OracleDrafter(prompt, truth, len(tokenizer), depth=4, wrong=1), ctrl,
+                              contextual=False)
     result = generate(lm, tokenizer, prompt, max_new_tokens=24, drafter=drafter)
     drafter.finalize(result)
     assert result.token_ids == truth
@@ -390,6 +392,29 @@ def test_adaptive_drafter_is_lossless_and_learns(lm, tokenizer):
     # all candidates cost the same, so the controller moves to the largest it has seen pay off
     assert ctrl.choice == 16 and ctrl.used[-1] == 16
     assert result.accepted_lengths[0] == 0 and max(result.accepted_lengths) == 4
+
+
+def test_controller_keeps_acceptance_per_draft_context():
+    # Drafts with retrieval nodes accept long paths, drafts without accept little: each
+    # context gets its own capacity, the costs are shared.
+    ctrl = CapacityController({1: 1.0, 2: 1.1, 16: 2.0}, explore_every=0, start=16, min_timed=1)
+    assert ctrl.next_capacity("retrieval") == 16 and ctrl.next_capacity("no retrieval") == 16
+    for _ in range(50):
+        ctrl.update_tokens({1: 1, 2: 2, 16: 5}, "retrieval")  # 5 / 2.0 beats 2 / 1.1
+        ctrl.update_tokens({1: 1, 2: 1, 16: 2}, "no retrieval")  # 1 / 1.0 beats 2 / 2.0
+    assert ctrl.choices["retrieval"] == 16 and ctrl.choices["no retrieval"] == 1
+    assert ctrl.next_capacity("retrieval") == 16 and ctrl.next_capacity("no retrieval") == 1
+    ctrl.update_time(1, 1.0)
+    ctrl.update_time(2, 1.1)
+    ctrl.update_time(16, 8.0)  # 16 nodes turn out to cost 8 s: 5 / 8 < 2 / 1.1
+    assert ctrl.choices["retrieval"] == 2 and ctrl.choices["no retrieval"] == 1
+    rep = ctrl.report()["contexts"]
+    assert rep["retrieval"]["choice"] == 2 and rep["retrieval"]["steps"] == 2
+    assert rep["no retrieval"]["used"] == {1: 1, 16: 1}
+    assert "retrieval: C=2" in ctrl.describe() and "no retrieval: C=1" in ctrl.describe()
+    tree = _mixed_tree()
+    assert draft_context(tree) == "retrieval"
+    assert draft_context(make_tree([1, 2, 3], [-1, 0, 1])) == "no retrieval"
 
 
 def test_profile_forward_measures_every_size(lm):
@@ -416,7 +441,10 @@ def test_run_bench_capacity_variants_auto_and_repeats(lm, tokenizer, tmp_path):
     report = meta["capacity_auto"]["racer@auto"]
     assert str(report["choice"]) in report["expected_tokens"] and meta["repeats"] == 2
     summary = (tmp_path / "summary.md").read_text()
-    assert "`racer@auto` capacity auto: chose C=" in summary and "shortest of the repeats" in summary
+    assert "`racer@auto` capacity auto: chose " in summary and "shortest of the repeats" in summary
+    assert "retrieval: C=" in summary  # chosen per draft context
+    # the controller saw every step of both repeats (the rows keep the first run's)
+    assert sum(c["steps"] for c in report["contexts"].values()) == 2 * sum(r["steps"] for r in auto)
     assert "| `racer@4` | 2 | 16 |" in summary
 
 

@@ -282,6 +282,8 @@ def bench_results() -> str:
         lines += [f"- {k.replace('_', ' ')}: {meta[k]}" for k in keys if meta.get(k) is not None]
         lines.append(f"- prompts: {len({r['prompt_id'] for r in rows})}; runs: {len(rows)}; "
                      f"data: `{run.relative_to(ROOT).as_posix()}/`")
+        for method, text in (meta.get("capacity_auto_text") or {}).items():
+            lines.append(f"- `{method}`: {text}")
         tables = summary_tables(rows, meta.get("methods"))
         lines += ["", re.sub(r"^### ", "#### ", tables, flags=re.M)]
         parts.append("\n".join(lines))

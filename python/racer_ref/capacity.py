@@ -25,6 +25,13 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
   current choice (so exploring never costs more than one extra step in ``explore_every``).
 
 Estimates are exponential moving averages, so the choice keeps adapting while generating.
+
+Acceptance depends a lot on whether the automaton found anything: a step whose full draft has
+retrieval nodes (the context plus the root occurred before) often accepts several tokens, a
+step with only logits-tree nodes rarely more than one or two. So ``E[a + 1 | C]`` is kept per
+*draft context* (:func:`draft_context`: "retrieval" or "no retrieval") and the capacity is
+chosen per step for its context, as prompt lookup decoding verifies a single token when it
+finds no match; the cost ``T(C)`` is shared.
 """
 
 from __future__ import annotations
@@ -111,6 +118,14 @@ def tokens_if_truncated(tree: DraftTree, accepted: Sequence[int],
         if c <= len(tree):
             out[int(c)] = int(np.searchsorted(need, c, side="left"))
     return out
+
+
+def draft_context(tree: DraftTree) -> str:
+    """The context a step's acceptance is estimated in: ``"retrieval"`` if the (full) draft
+    tree has a node from the retrieval tree (source retrieval or both), else
+    ``"no retrieval"``."""
+    src = tree.sources[1:]
+    return "retrieval" if bool(np.any((src == SOURCE_RETRIEVAL) | (src == SOURCE_BOTH))) else "no retrieval"
 
 
 # ----------------------------------------------------------------------------- profiling
@@ -219,6 +234,10 @@ def prior_tokens_per_step(capacity: int, slope: float = 0.3) -> float:
 class CapacityController:
     """Picks a capacity per step from measured costs and acceptance seen so far.
 
+    Acceptance is estimated per *context* (any hashable; ``None`` by default, and
+    :class:`AdaptiveDrafter` passes :func:`draft_context`), costs for all contexts together;
+    ``choice`` and ``tokens`` are those of context ``None``, ``choices`` holds every context's.
+
     Args:
         forward_seconds: ``{capacity: seconds per verify pass}`` (:func:`profile_forward`).
         decay: weight of the past in the moving averages, in ``[0, 1)``.
@@ -246,26 +265,37 @@ class CapacityController:
         self.decay = decay
         self.explore_every = explore_every
         self.window, self.min_timed = window, min_timed
-        self.tokens: Dict[int, float] = {}  # EMA of a + 1 per capacity
+        # EMA of a + 1 per capacity, per context; `tokens` is context None's.
+        self.tokens_by_context: Dict[Any, Dict[int, float]] = {None: {}}
+        self.tokens = self.tokens_by_context[None]
         self.scale = 1.0  # measured step time / profiled forward time (median of recent steps)
         self.step_times: Dict[int, Deque[float]] = {c: deque(maxlen=self.window) for c in self.candidates}
         self._ratios: Deque[float] = deque(maxlen=2 * self.window)
         self.steps = 0
+        self.steps_by_context: Counter = Counter()
         self.used: List[int] = []
-        self.choice = start if start is not None else self._best()
+        self.used_by_context: Dict[Any, List[int]] = {}
+        self.choices: Dict[Any, int] = {None: start if start is not None else self._best()}
+        self.start = start
         self.explored = 0
 
+    @property
+    def choice(self) -> int:
+        """The current choice for context ``None``."""
+        return self.choices[None]
+
     # -- estimates ---------------------------------------------------------------------------
-    def expected_tokens(self, capacity: int) -> float:
-        """``E[a + 1 | C]``: measured, or extrapolated from the largest measured smaller
-        capacity with the prior's shape, or the prior."""
-        if capacity in self.tokens:
-            return self.tokens[capacity]
-        seen = [c for c in self.tokens if c < capacity]
+    def expected_tokens(self, capacity: int, context: Any = None) -> float:
+        """``E[a + 1 | C]`` in ``context``: measured, or extrapolated from the largest measured
+        smaller capacity with the prior's shape, or the prior."""
+        tokens = self.tokens_by_context.get(context, {})
+        if capacity in tokens:
+            return tokens[capacity]
+        seen = [c for c in tokens if c < capacity]
         if not seen:
             return prior_tokens_per_step(capacity)
         base = max(seen)
-        return self.tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
+        return tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
 
     def step_seconds(self, capacity: int) -> float:
         """``T(C)``: the median of the recent measured steps at C when there are at least
@@ -276,37 +306,48 @@ class CapacityController:
             return statistics.median(times)
         return self.forward_seconds[capacity] * self.scale
 
-    def tokens_per_second(self, capacity: int) -> float:
-        return self.expected_tokens(capacity) / self.step_seconds(capacity)
+    def tokens_per_second(self, capacity: int, context: Any = None) -> float:
+        return self.expected_tokens(capacity, context) / self.step_seconds(capacity)
 
-    def _best(self) -> int:
-        return max(self.candidates, key=lambda c: (self.tokens_per_second(c), -c))
+    def _best(self, context: Any = None) -> int:
+        return max(self.candidates, key=lambda c: (self.tokens_per_second(c, context), -c))
+
+    def _rechoose(self) -> None:
+        for context in list(self.choices):
+            self.choices[context] = self._best(context)
 
     # -- the loop ------------------------------------------------------------------------------
-    def next_capacity(self) -> int:
-        """The capacity to verify at in the next step."""
+    def next_capacity(self, context: Any = None) -> int:
+        """The capacity to verify at in the next step, whose draft is in ``context``."""
         self.steps += 1
-        capacity = self.choice
-        if self.explore_every and self.steps % self.explore_every == 0:
+        self.steps_by_context[context] += 1
+        if context not in self.choices:
+            self.choices[context] = self.start if self.start is not None else self._best(context)
+        choice = self.choices[context]
+        capacity = choice
+        if self.explore_every and self.steps_by_context[context] % self.explore_every == 0:
             # Explore the largest capacity whose profiled pass costs at most twice the
             # choice's (or else the next larger one): one such step tells us exactly what
             # every capacity up to it would have accepted, for at most one extra step's time.
-            budget = 2 * self.forward_seconds[self.choice]
-            larger = [c for c in self.candidates if c > self.choice]
+            budget = 2 * self.forward_seconds[choice]
+            larger = [c for c in self.candidates if c > choice]
             affordable = [c for c in larger if self.forward_seconds[c] <= budget]
             if larger:
                 capacity = max(affordable) if affordable else larger[0]
                 self.explored += 1
         self.used.append(capacity)
+        self.used_by_context.setdefault(context, []).append(capacity)
         return capacity
 
-    def update_tokens(self, observed: Dict[int, int]) -> None:
-        """Fold in one step's ``{capacity: a + 1}`` (:func:`tokens_if_truncated`)."""
+    def update_tokens(self, observed: Dict[int, int], context: Any = None) -> None:
+        """Fold in one step's ``{capacity: a + 1}`` (:func:`tokens_if_truncated`), seen in
+        ``context``."""
+        tokens = self.tokens_by_context.setdefault(context, {})
         for c, v in observed.items():
             if c in self.forward_seconds:
-                old = self.tokens.get(c)
-                self.tokens[c] = float(v) if old is None else self.decay * old + (1 - self.decay) * v
-        self.choice = self._best()
+                old = tokens.get(c)
+                tokens[c] = float(v) if old is None else self.decay * old + (1 - self.decay) * v
+        self.choices[context] = self._best(context)
 
     def update_time(self, capacity: int, seconds: float) -> None:
         """Fold in one step's measured wall time at ``capacity`` nodes."""
@@ -316,7 +357,7 @@ class CapacityController:
         self.step_times[capacity].append(seconds)
         self._ratios.append(seconds / ref)
         self.scale = statistics.median(self._ratios)
-        self.choice = self._best()
+        self._rechoose()
 
     def report(self) -> Dict[str, Any]:
         """What was chosen and why: the final choice, capacities used (count per capacity),
@@ -330,6 +371,15 @@ class CapacityController:
             "expected_tokens": {c: round(self.expected_tokens(c), 3) for c in self.candidates},
             "expected_tokens_per_s": {c: round(self.tokens_per_second(c), 2) for c in self.candidates},
             "time_scale": round(self.scale, 3),
+            "contexts": {
+                str(ctx): {
+                    "choice": choice,
+                    "steps": self.steps_by_context.get(ctx, 0),
+                    "used": dict(sorted(Counter(self.used_by_context.get(ctx, [])).items())),
+                    "expected_tokens": {c: round(self.expected_tokens(c, ctx), 3) for c in self.candidates},
+                }
+                for ctx, choice in self.choices.items() if ctx is not None
+            },
         }
 
     def describe(self) -> str:
@@ -337,8 +387,15 @@ class CapacityController:
         used = Counter(self.used)
         total = max(1, sum(used.values()))
         common = ", ".join(f"{c} ({100 * k / total:.0f}%)" for c, k in used.most_common(3))
-        return (f"capacity auto: chose C={self.choice} (expected {self.expected_tokens(self.choice):.2f} "
-                f"tokens/step, {self.tokens_per_second(self.choice):.1f} tokens/s); used {common} "
+        contexts = [ctx for ctx in self.choices if ctx is not None]
+        if contexts:
+            chose = "; ".join(
+                f"{ctx}: C={self.choices[ctx]} (expected {self.expected_tokens(self.choices[ctx], ctx):.2f} "
+                f"tokens/step, {self.steps_by_context.get(ctx, 0)} steps)" for ctx in contexts)
+        else:
+            chose = (f"C={self.choice} (expected {self.expected_tokens(self.choice):.2f} "
+                     f"tokens/step, {self.tokens_per_second(self.choice):.1f} tokens/s)")
+        return (f"capacity auto: chose {chose}; used {common} "
                 f"of {total} steps; step ms by C (profiled): "
                 + " ".join(f"{c}:{self.step_seconds(c) * 1e3:.0f}({s * 1e3:.0f})"
                            for c, s in self.forward_seconds.items()))
@@ -353,26 +410,37 @@ class AdaptiveDrafter(DrafterWrapper):
             candidate that should be reachable.
         controller: the shared controller (it may outlive this request: acceptance seen in
             earlier requests keeps informing the choice).
+        contextual: estimate acceptance per :func:`draft_context` of each step's full draft
+            (default), or for all steps together (``False``).
     """
 
-    def __init__(self, inner: Any, controller: CapacityController) -> None:
+    def __init__(self, inner: Any, controller: CapacityController, contextual: bool = True) -> None:
         super().__init__(inner)
         self.controller = controller
+        self.contextual = contextual
+        self.contexts: List[Any] = []  # per recorded step, aligned with `steps`
+
+    def reset(self) -> None:
+        super().reset()
+        self.contexts = []
 
     def _draft(self, root: int, last_topk: Any) -> tuple:
         full = self.inner.draft(root, last_topk=last_topk)
-        capacity = self.controller.next_capacity()
+        context = draft_context(full) if self.contextual else None
+        capacity = self.controller.next_capacity(context)
+        self.contexts.append(context)
         return truncate_tree(full, capacity), capacity
 
     def _on_step(self, step: TraceStep) -> None:
         if not step.accepted:
             return
+        context = self.contexts[step.step] if step.step < len(self.contexts) else None
         observed = tokens_if_truncated(step.tree, step.accepted, self.controller.candidates)
         if len(step.tree) < (step.capacity or 0):
             # The drafter had nothing more to offer: every larger capacity gives the same.
             a1 = len(step.accepted)
             observed.update({c: a1 for c in self.controller.candidates if c >= len(step.tree)})
-        self.controller.update_tokens(observed)
+        self.controller.update_tokens(observed, context)
 
     def _on_timed(self, step: TraceStep) -> None:
         if step.capacity is not None and step.seconds is not None:
