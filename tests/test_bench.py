@@ -369,6 +369,10 @@ def test_controller_picks_the_best_tokens_per_second_and_explores():
     for _ in range(3):
         ctrl.update_time(1, 1.0)  # measured: one node costs as much as eight
     assert ctrl.step_seconds(1) == 1.0 and ctrl.choice == 8
+    for _ in range(4 * ctrl.window):  # many steps later, those measurements are stale...
+        ctrl.next_capacity()
+    ctrl.update_time(8, 4.0)  # ...and the profile (times the scale) counts again
+    assert ctrl.step_seconds(1) == ctrl.forward_seconds[1] * ctrl.scale
     with pytest.raises(ValueError, match="decay"):
         CapacityController({1: 1.0}, decay=1.0)
     with pytest.raises(ValueError, match="forward_seconds"):

@@ -245,7 +245,8 @@ class CapacityController:
             largest one whose profiled pass costs at most twice the choice's, or else the
             next larger one.
         start: the first capacity (default: the best by the prior).
-        window: measured step times kept per capacity (the most recent ones).
+        window: measured step times kept per capacity (the most recent ones; they count
+            for ``4 * window`` steps).
         min_timed: measured steps a capacity needs before its own median replaces the
             scaled profile as ``T(C)``.
 
@@ -269,7 +270,9 @@ class CapacityController:
         self.tokens_by_context: Dict[Any, Dict[int, float]] = {None: {}}
         self.tokens = self.tokens_by_context[None]
         self.scale = 1.0  # measured step time / profiled forward time (median of recent steps)
-        self.step_times: Dict[int, Deque[float]] = {c: deque(maxlen=self.window) for c in self.candidates}
+        # (step number, seconds) of the recent measured steps at each capacity
+        self.step_times: Dict[int, Deque[Tuple[int, float]]] = {
+            c: deque(maxlen=self.window) for c in self.candidates}
         self._ratios: Deque[float] = deque(maxlen=2 * self.window)
         self.steps = 0
         self.steps_by_context: Counter = Counter()
@@ -298,12 +301,14 @@ class CapacityController:
         return tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
 
     def step_seconds(self, capacity: int) -> float:
-        """``T(C)``: the median of the recent measured steps at C when there are at least
-        ``min_timed`` of them, else the profiled verify pass times the measured scale (the
-        median ratio of measured step time to profile over recent steps at any capacity)."""
-        times = self.step_times[capacity]
-        if len(times) >= self.min_timed:
-            return statistics.median(times)
+        """``T(C)``: the median of the measured steps at C when at least ``min_timed`` of them
+        are recent (among the last ``4 * window`` steps), else the profiled verify pass times
+        the measured scale (the median ratio of measured step time to profile over recent
+        steps at any capacity). Old measurements are not trusted: a capacity timed during a
+        burst of load and not used since would otherwise keep looking slow."""
+        recent = [t for step, t in self.step_times[capacity] if self.steps - step <= 4 * self.window]
+        if len(recent) >= self.min_timed:
+            return statistics.median(recent)
         return self.forward_seconds[capacity] * self.scale
 
     def tokens_per_second(self, capacity: int, context: Any = None) -> float:
@@ -354,7 +359,7 @@ class CapacityController:
         ref = self.forward_seconds.get(capacity)
         if ref is None or ref <= 0 or seconds <= 0:
             return
-        self.step_times[capacity].append(seconds)
+        self.step_times[capacity].append((self.steps, seconds))
         self._ratios.append(seconds / ref)
         self.scale = statistics.median(self._ratios)
         self._rechoose()
