@@ -48,7 +48,7 @@ from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_RETRIEVAL, DraftT
 from racer_ref.trace import DrafterWrapper, TraceStep, subtree
 
 #: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).
-DEFAULT_CANDIDATES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 # Profiles already measured in this process: (model id, device, dtype, sizes) -> seconds.
 _PROFILES: Dict[Tuple[Any, ...], Dict[int, float]] = {}
