@@ -4,6 +4,7 @@ auto`` measures), and what it means for the speedup.
     .venv/bin/python benchmarks/bench_capacity.py                 # default model, CPU, fp32
     .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16
     .venv/bin/python benchmarks/bench_capacity.py --mat 64=3.34 16=2.6   # + predicted speedups
+    .venv/bin/python benchmarks/bench_capacity.py --prepack both         # MKL prepacked weights too
 
 For each tree size n it prints the median and the minimum over ``--rounds`` interleaved rounds
 of one verify pass (forward over n tree tokens after ``--prefix`` cached tokens, plus the
@@ -39,6 +40,8 @@ def main() -> None:
     p.add_argument("--prefix", type=int, default=256, help="tokens in the KV cache")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
+    p.add_argument("--prepack", default="off", choices=["off", "on", "both"],
+                   help="MKL prepacked weights (racer_ref.prepack): off, on, or both interleaved")
     args = p.parse_args()
 
     import numpy as np
@@ -53,39 +56,52 @@ def main() -> None:
     model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
     vocab = int(model.config.vocab_size)
     sizes = [int(s) for s in args.sizes.split(",")]
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.prepack]
+    handle = None
+    if args.prepack != "off":
+        from racer_ref.prepack import prepack_linear_weights
+
+        handle = prepack_linear_weights(model)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    samples = {n: [] for n in sizes}
+    samples = {(n, packed): [] for n in sizes for packed in modes}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         prompt = torch.as_tensor(np.random.default_rng(0).integers(0, vocab, args.prefix), device=model.device)
         forward_prompt(model, cache, prompt)
         trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
-        for n in sizes:
+        for n, packed in samples:  # warm-up
+            if handle is not None:
+                handle.enabled = packed
             _pass(model, cache, trees[n], args.prefix, 8)
         for _ in range(args.rounds):
-            for n in sizes:
+            for n, packed in samples:
+                if handle is not None:
+                    handle.enabled = packed
                 sync()
                 tic = time.perf_counter()
                 _pass(model, cache, trees[n], args.prefix, 8)
                 sync()
-                samples[n].append(time.perf_counter() - tic)
-    base_med = statistics.median(samples[1]) if 1 in samples else None
-    base_min = min(samples[1]) if 1 in samples else None
+                samples[(n, packed)].append(time.perf_counter() - tic)
     print(f"verify pass vs tree size: {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
-          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds")
-    print(f"{'n':>5} {'median ms':>10} {'min ms':>8} {'med/T1':>7} {'min/T1':>7}")
-    for n in sizes:
-        med, low = statistics.median(samples[n]) * 1e3, min(samples[n]) * 1e3
+          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds; T1 = the plain 1-token pass")
+    base = (1, modes[0])
+    base_med = statistics.median(samples[base]) if base in samples else None
+    base_min = min(samples[base]) if base in samples else None
+    print(f"{'n':>5} {'prepack':>8} {'median ms':>10} {'min ms':>8} {'med/T1':>7} {'min/T1':>7}")
+    for (n, packed), times in samples.items():
+        med, low = statistics.median(times) * 1e3, min(times) * 1e3
         r_med = f"{med / (base_med * 1e3):7.2f}" if base_med else "      -"
         r_min = f"{low / (base_min * 1e3):7.2f}" if base_min else "      -"
-        print(f"{n:>5} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
+        print(f"{n:>5} {'on' if packed else 'off':>8} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
     for item in args.mat:
         c, mat = item.split("=")
         c, mat = int(c), float(mat)
-        if c in samples and base_min:
-            print(f"capacity {c}: MAT {mat:.2f} -> predicted speedup over one-token decoding "
-                  f"{mat * base_min / min(samples[c]):.2f}x (min) / "
-                  f"{mat * base_med / statistics.median(samples[c]):.2f}x (median)")
+        for packed in modes:
+            if (c, packed) in samples and base_min:
+                t = samples[(c, packed)]
+                print(f"capacity {c}, prepack {'on' if packed else 'off'}: MAT {mat:.2f} -> predicted "
+                      f"speedup over one-token decoding {mat * base_min / min(t):.2f}x (min) / "
+                      f"{mat * base_med / statistics.median(t):.2f}x (median)")
 
 
 if __name__ == "__main__":

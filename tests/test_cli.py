@@ -43,6 +43,7 @@ def test_parser_defaults_and_choices():
     args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
                                           "--capacity", "auto", "--limit", "3"])
     assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")
+    assert args.prepack == "auto"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -104,6 +105,16 @@ def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     assert all(r["matches_ar"] and r["new_tokens"] == 6 for r in rows)
     assert printed == (out / "summary.md").read_text() + "\n"
     assert "| `racer` | 2 | 12 |" in printed and f"- source: {questions}" in printed
+    # --prepack auto (the default) packed the tiny Llama's 15 linear layers where MKL allows
+    import torch
+
+    packed = 15 if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") else 0
+    assert json.loads((out / "meta.json").read_text())["prepacked_linears"] == packed
+    assert f"- prepacked linears: {packed}" in printed
+    assert cli.main(argv[:-3] + ["--out", str(tmp_path / "off"), "--prepack", "off", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "off" / "meta.json").read_text())["prepacked_linears"] == 0
+    assert all(json.loads(line)["matches_ar"] for line in (tmp_path / "off" / "results.jsonl").read_text().splitlines())
     assert cli.main(["summarize", str(out), "--no-plots"]) == 0
     assert "### Overall" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no results.jsonl"):

@@ -428,6 +428,8 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
+    from racer_ref.prepack import prepacked_layer_count
+
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     cpu = platform.processor() or platform.machine()
     try:
@@ -448,6 +450,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "dtype": str(model.dtype).replace("torch.", ""),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "torch_threads": torch.get_num_threads(),
+        "prepacked_linears": prepacked_layer_count(model),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -588,7 +591,7 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         meta = json.loads((out / "meta.json").read_text())
     methods = meta.get("methods")
     lines = ["# racer-ref benchmark", ""]
-    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "cpu", "source",
+    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "cpu", "source",
             "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "repeats", "torch",
             "transformers", "date"]
     for k in keys:
