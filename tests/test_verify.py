@@ -82,13 +82,19 @@ def test_perturbing_a_sibling_changes_only_its_subtree(kind):
             torch.testing.assert_close(perturbed[node], base[node], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("accepted", [
+    [0, 1, 4, 8],  # not contiguous in BFS order: 4 and 8 move, 0 and 1 stay
+    [0, 2, 6],  # everything after the root moves
+    [0, 1],  # already in place: only the rest is cut off
+    [0],  # nothing accepted
+    [0, 1, 4, 7, 9],  # the deepest path
+])
 @pytest.mark.parametrize("kind", KINDS)
-def test_keep_accepted_leaves_the_cache_of_prefix_plus_path(kind):
+def test_keep_accepted_leaves_the_cache_of_prefix_plus_path(kind, accepted):
     model = tiny_model(kind)
     logits, cache = tree_logits(model, TREE_TOKENS)
-    accepted = [0, 1, 4, 8]  # not contiguous in BFS order
     keep_accepted(cache, len(PROMPT), accepted)
-    assert cache.get_seq_length() == len(PROMPT) + 4
+    assert cache.get_seq_length() == len(PROMPT) + len(accepted)
     reference = prefilled(model, PROMPT + [TREE_TOKENS[i] for i in accepted])
     for ours, theirs in zip(cache.layers, reference.layers):
         torch.testing.assert_close(ours.keys, theirs.keys, atol=1e-5, rtol=1e-5)

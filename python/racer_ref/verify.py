@@ -228,15 +228,24 @@ def keep_accepted(cache, past_length: int, accepted: List[int]) -> None:
         past_length: L, the cache length before that forward pass.
         accepted: node indices of the accepted path, root first.
     """
-    device = cache.layers[0].keys.device
-    # Slots of the accepted nodes in the cache, in path order.
-    slots = torch.tensor(accepted, device=device) + past_length  # (a + 1,)
+    # Nodes already in their final slot need no copy: the root always is (node 0 -> slot L),
+    # and so is every path that starts 0, 1, 2, ... in BFS order (a chain, or plain decoding).
+    # Skipping them matters on a CPU: a gather over every layer costs about a millisecond.
+    start = 0
+    while start < len(accepted) and accepted[start] == start:
+        start += 1
     end = past_length + len(accepted)
+    if start < len(accepted):
+        device = cache.layers[0].keys.device
+        # Slots of the accepted nodes still to move, in path order.
+        slots = torch.tensor(accepted[start:], device=device) + past_length  # (a + 1 - start,)
+        for layer in cache.layers:
+            index = slots.to(layer.keys.device)  # a no-op unless layers sit on several GPUs
+            # Gather first (advanced indexing copies), then write into the consecutive slots.
+            layer.keys[:, :, past_length + start:end] = layer.keys[:, :, index]  # (1, heads, a + 1 - start, head_dim)
+            layer.values[:, :, past_length + start:end] = layer.values[:, :, index]
     for layer in cache.layers:
-        index = slots.to(layer.keys.device)  # (a + 1,); a no-op unless layers sit on several GPUs
-        # Gather first (advanced indexing copies), then write into the consecutive slots.
-        layer.keys[:, :, past_length:end] = layer.keys[:, :, index]  # (1, heads, a + 1, head_dim)
-        layer.values[:, :, past_length:end] = layer.values[:, :, index]  # (1, heads, a + 1, head_dim)
-        # Drop the rejected nodes: the cache now ends with the accepted path.
-        layer.keys = layer.keys[:, :, :end]  # (1, heads, L + a + 1, head_dim)
-        layer.values = layer.values[:, :, :end]  # (1, heads, L + a + 1, head_dim)
+        if layer.keys.shape[2] != end:
+            # Drop the rejected nodes: the cache now ends with the accepted path.
+            layer.keys = layer.keys[:, :, :end]  # (1, heads, L + a + 1, head_dim)
+            layer.values = layer.values[:, :, :end]  # (1, heads, L + a + 1, head_dim)
