@@ -12,17 +12,24 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
 
 * ``T(C)``: :func:`profile_forward` times the target's verify pass over trees of several
   sizes on this device (once per model, device and dtype). While generating we time every
-  step: a capacity with a few measured steps gets the median of its recent ones; the others
-  get their profile times a scale (the median ratio of measured step to profile), which
-  absorbs drafting, acceptance and the load of the machine.
+  step, and ``T(C)`` is the profile times a scale: the median ratio of measured step to
+  profile over the recent steps, which absorbs drafting, acceptance and the load of the
+  machine. (Optionally, ``min_timed``, a capacity's own recent measured steps replace its
+  profile; on a noisy machine that made the choice chase noise, so it is off by default.)
 * ``E[a + 1 | C]``: the drafter always drafts at the largest candidate capacity (drafting
   costs microseconds), and :class:`AdaptiveDrafter` verifies only the first C nodes of that
   tree in a fixed priority order (root, retrieval nodes, then logits nodes, each
   breadth-first; every prefix of that order is a valid tree). Because a smaller capacity
   keeps a prefix of the same order, one verified step tells us exactly how many tokens every
   smaller capacity would have accepted. Larger capacities are extrapolated and explored: every
-  ``explore_every`` steps one step uses the largest candidate that costs at most twice the
-  current choice (so exploring never costs more than one extra step in ``explore_every``).
+  ``explore_every`` steps (16) one step uses the largest candidate whose profiled pass costs
+  at most ``explore_cost`` (1.25) times the current choice's, so exploring costs at most
+  a quarter of a step in 16.
+
+The defaults come from replaying recorded steps (``benchmarks/replay_capacity.py``: every
+step of a C = 64 run on Spec-Bench and HumanEval, with what each smaller capacity would have
+accepted) through the controller under noisy step times: cheaper, rarer exploration and the
+profile-times-scale cost gave the most tokens per second on both sets.
 
 Estimates are exponential moving averages, so the choice keeps adapting while generating.
 
@@ -242,29 +249,38 @@ class CapacityController:
         forward_seconds: ``{capacity: seconds per verify pass}`` (:func:`profile_forward`).
         decay: weight of the past in the moving averages, in ``[0, 1)``.
         explore_every: every this many steps, try a larger candidate once (0: never): the
-            largest one whose profiled pass costs at most twice the choice's, or else the
-            next larger one.
+            largest one whose profiled pass costs at most ``explore_cost`` times the
+            choice's, or else the next larger one.
+        explore_cost: the exploration budget, as a multiple (>= 1) of the choice's cost.
         start: the first capacity (default: the best by the prior).
         window: measured step times kept per capacity (the most recent ones; they count
-            for ``4 * window`` steps).
-        min_timed: measured steps a capacity needs before its own median replaces the
-            scaled profile as ``T(C)``.
+            for ``4 * window`` steps), and half the number of steps behind the scale.
+        min_timed: measured recent steps a capacity needs before their median replaces its
+            scaled profile as ``T(C)``; ``None`` (default): never.
 
     Raises:
-        ValueError: empty ``forward_seconds``, a capacity < 1, or ``decay`` out of range.
+        ValueError: empty ``forward_seconds``, a capacity < 1, ``decay``, ``explore_every``,
+            ``explore_cost`` or ``min_timed`` out of range.
     """
 
     def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.97,
-                 explore_every: int = 8, start: Optional[int] = None, window: int = 16,
-                 min_timed: int = 3) -> None:
+                 explore_every: int = 16, start: Optional[int] = None, window: int = 16,
+                 min_timed: Optional[int] = None, explore_cost: float = 1.25) -> None:
         if not forward_seconds or min(forward_seconds) < 1:
             raise ValueError("forward_seconds: expected {capacity >= 1: seconds}, non-empty")
         if not 0 <= decay < 1:
             raise ValueError(f"decay: expected a float in [0, 1), got {decay}")
+        if not isinstance(explore_every, int) or explore_every < 0:
+            raise ValueError(f"explore_every: expected an int >= 0, got {explore_every!r}")
+        if not explore_cost >= 1:
+            raise ValueError(f"explore_cost: expected a float >= 1, got {explore_cost!r}")
+        if min_timed is not None and (not isinstance(min_timed, int) or min_timed < 1):
+            raise ValueError(f"min_timed: expected None or an int >= 1, got {min_timed!r}")
         self.candidates = sorted(int(c) for c in forward_seconds)
         self.forward_seconds = {int(c): float(s) for c, s in forward_seconds.items()}
         self.decay = decay
         self.explore_every = explore_every
+        self.explore_cost = float(explore_cost)
         self.window, self.min_timed = window, min_timed
         # EMA of a + 1 per capacity, per context; `tokens` is context None's.
         self.tokens_by_context: Dict[Any, Dict[int, float]] = {None: {}}
@@ -301,14 +317,16 @@ class CapacityController:
         return tokens[base] * prior_tokens_per_step(capacity) / prior_tokens_per_step(base)
 
     def step_seconds(self, capacity: int) -> float:
-        """``T(C)``: the median of the measured steps at C when at least ``min_timed`` of them
-        are recent (among the last ``4 * window`` steps), else the profiled verify pass times
-        the measured scale (the median ratio of measured step time to profile over recent
-        steps at any capacity). Old measurements are not trusted: a capacity timed during a
-        burst of load and not used since would otherwise keep looking slow."""
-        recent = [t for step, t in self.step_times[capacity] if self.steps - step <= 4 * self.window]
-        if len(recent) >= self.min_timed:
-            return statistics.median(recent)
+        """``T(C)``: the profiled verify pass times the measured scale (the median ratio of
+        measured step time to profile over the recent steps at any capacity). With
+        ``min_timed`` set, the median of the measured steps at C replaces it when at least
+        ``min_timed`` of them are recent (among the last ``4 * window`` steps); old
+        measurements are not trusted: a capacity timed during a burst of load and not used
+        since would otherwise keep looking slow."""
+        if self.min_timed is not None:
+            recent = [t for step, t in self.step_times[capacity] if self.steps - step <= 4 * self.window]
+            if len(recent) >= self.min_timed:
+                return statistics.median(recent)
         return self.forward_seconds[capacity] * self.scale
 
     def tokens_per_second(self, capacity: int, context: Any = None) -> float:
@@ -331,10 +349,10 @@ class CapacityController:
         choice = self.choices[context]
         capacity = choice
         if self.explore_every and self.steps_by_context[context] % self.explore_every == 0:
-            # Explore the largest capacity whose profiled pass costs at most twice the
-            # choice's (or else the next larger one): one such step tells us exactly what
-            # every capacity up to it would have accepted, for at most one extra step's time.
-            budget = 2 * self.forward_seconds[choice]
+            # Explore the largest capacity whose profiled pass costs at most explore_cost
+            # times the choice's (or else the next larger one): one such step tells us
+            # exactly what every capacity up to it would have accepted.
+            budget = self.explore_cost * self.forward_seconds[choice]
             larger = [c for c in self.candidates if c > choice]
             affordable = [c for c in larger if self.forward_seconds[c] <= budget]
             if larger:
