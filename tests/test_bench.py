@@ -356,20 +356,21 @@ def test_controller_picks_the_best_tokens_per_second_and_explores():
     assert rep["choice"] == 64 and rep["used"] == {8: 6, 64: 2} and rep["explored_steps"] == 2
     assert "capacity auto: chose C=64" in ctrl.describe()
     # Exploring takes the largest capacity that costs at most explore_cost times the choice
-    # (1.25 by default), or else the next larger one; every explore_every steps (16).
+    # (2 by default), or else the next larger one; every explore_every steps (8).
     profile = {1: 1.0, 2: 1.1, 8: 1.5, 16: 2.0, 64: 4.0}
-    ctrl = CapacityController(profile, explore_every=2, start=1, explore_cost=2.0)
-    assert [ctrl.next_capacity() for _ in range(4)] == [1, 16, 1, 16]
     ctrl = CapacityController(profile, explore_every=2, start=1)
+    assert [ctrl.next_capacity() for _ in range(4)] == [1, 16, 1, 16]
+    ctrl = CapacityController(profile, explore_every=2, start=1, explore_cost=1.25)
     assert [ctrl.next_capacity() for _ in range(4)] == [1, 2, 1, 2]
-    ctrl = CapacityController(profile, explore_every=2, start=8)
+    ctrl = CapacityController(profile, explore_every=2, start=8, explore_cost=1.25)
     assert [ctrl.next_capacity() for _ in range(4)] == [8, 16, 8, 16]  # 2.0 > 1.25 * 1.5: the next one
-    ctrl = CapacityController(profile, start=1)
-    assert [ctrl.next_capacity() for _ in range(32)].count(2) == 2 and ctrl.explored == 2
-    # By default T(C) is the profile times the measured scale, however C was measured.
+    ctrl = CapacityController(profile, start=1, min_timed=None)
+    assert [ctrl.next_capacity() for _ in range(32)].count(16) == 4 and ctrl.explored == 4
+    # min_timed=None: T(C) is the profile times the measured scale, however C was measured.
     for _ in range(5):
         ctrl.update_time(2, 3.3)  # steps at 2 measured at 3x their profile
     assert ctrl.scale == pytest.approx(3.0) and ctrl.step_seconds(64) == pytest.approx(12.0)
+    assert ctrl.step_seconds(2) == pytest.approx(3.3)
     # Measured step times replace the profile once a capacity has min_timed of them.
     ctrl = CapacityController({1: 1.0, 8: 4.0}, explore_every=0, min_timed=3)
     ctrl.update_tokens({1: 1, 8: 2})

@@ -12,24 +12,26 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
 
 * ``T(C)``: :func:`profile_forward` times the target's verify pass over trees of several
   sizes on this device (once per model, device and dtype). While generating we time every
-  step, and ``T(C)`` is the profile times a scale: the median ratio of measured step to
-  profile over the recent steps, which absorbs drafting, acceptance and the load of the
-  machine. (Optionally, ``min_timed``, a capacity's own recent measured steps replace its
-  profile; on a noisy machine that made the choice chase noise, so it is off by default.)
+  step: a capacity with a few (``min_timed``) recent measured steps gets their median; the
+  others get their profile times a scale (the median ratio of measured step to profile over
+  the recent steps), which absorbs drafting, acceptance and the load of the machine.
 * ``E[a + 1 | C]``: the drafter always drafts at the largest candidate capacity (drafting
   costs microseconds), and :class:`AdaptiveDrafter` verifies only the first C nodes of that
   tree in a fixed priority order (root, retrieval nodes, then logits nodes, each
   breadth-first; every prefix of that order is a valid tree). Because a smaller capacity
   keeps a prefix of the same order, one verified step tells us exactly how many tokens every
   smaller capacity would have accepted. Larger capacities are extrapolated and explored: every
-  ``explore_every`` steps (16) one step uses the largest candidate whose profiled pass costs
-  at most ``explore_cost`` (1.25) times the current choice's, so exploring costs at most
-  a quarter of a step in 16.
+  ``explore_every`` steps (8) one step uses the largest candidate whose profiled pass costs
+  at most ``explore_cost`` (2) times the current choice's, so exploring never costs more
+  than one extra step in 8.
 
-The defaults come from replaying recorded steps (``benchmarks/replay_capacity.py``: every
-step of a C = 64 run on Spec-Bench and HumanEval, with what each smaller capacity would have
-accepted) through the controller under noisy step times: cheaper, rarer exploration and the
-profile-times-scale cost gave the most tokens per second on both sets.
+``benchmarks/replay_capacity.py`` replays recorded steps through the controller offline
+(every step of a C = 64 run, with what each smaller capacity would have accepted). It favours
+cheaper, rarer exploration (one step in 16 at 1.25 times the choice's cost) by about 5%, but
+it cannot see that every verified node also feeds the copy-logit table: in a real Spec-Bench
+run that setting settled on C = 1 for steps without retrieval (a table that learns from one
+node per step drafts worse, which makes small trees look worse still) and was 2% slower than
+the defaults kept here, which were measured in real runs.
 
 Estimates are exponential moving averages, so the choice keeps adapting while generating.
 
@@ -256,7 +258,7 @@ class CapacityController:
         window: measured step times kept per capacity (the most recent ones; they count
             for ``4 * window`` steps), and half the number of steps behind the scale.
         min_timed: measured recent steps a capacity needs before their median replaces its
-            scaled profile as ``T(C)``; ``None`` (default): never.
+            scaled profile as ``T(C)``; ``None``: never.
 
     Raises:
         ValueError: empty ``forward_seconds``, a capacity < 1, ``decay``, ``explore_every``,
@@ -264,8 +266,8 @@ class CapacityController:
     """
 
     def __init__(self, forward_seconds: Dict[int, float], decay: float = 0.97,
-                 explore_every: int = 16, start: Optional[int] = None, window: int = 16,
-                 min_timed: Optional[int] = None, explore_cost: float = 1.25) -> None:
+                 explore_every: int = 8, start: Optional[int] = None, window: int = 16,
+                 min_timed: Optional[int] = 3, explore_cost: float = 2.0) -> None:
         if not forward_seconds or min(forward_seconds) < 1:
             raise ValueError("forward_seconds: expected {capacity >= 1: seconds}, non-empty")
         if not 0 <= decay < 1:
