@@ -67,6 +67,22 @@ def test_generate_with_prepacked_model_equals_greedy(method):
 
 
 @needs_mkl
+def test_non_contiguous_and_batched_inputs():
+    model = tiny_model("llama")
+    layer = linears(model)[0]
+    x = torch.randn(layer.in_features, 8).t()  # (8, in) view, not contiguous
+    y3 = torch.randn(2, 3, layer.in_features)  # 6 rows over two leading dimensions
+    with torch.inference_mode():
+        want_x, want_3 = layer(x), layer(y3)
+        handle = prepack_linear_weights(model)
+        got_x, got_3 = layer(x), layer(y3)
+    handle.restore()
+    assert got_x.shape == (8, layer.out_features) and got_3.shape == (2, 3, layer.out_features)
+    torch.testing.assert_close(got_x, want_x, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_3, want_3, rtol=1e-4, atol=1e-4)
+
+
+@needs_mkl
 def test_grad_mode_uses_the_original_forward():
     model = tiny_model("llama")
     handle = prepack_linear_weights(model)

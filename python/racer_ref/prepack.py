@@ -162,7 +162,7 @@ def _packed_forward(layer: Any, handle: PrepackedLinears) -> Any:
         if (handle.enabled and handle.min_rows <= rows <= handle.max_rows
                 and x.device.type == "cpu" and x.dtype == torch.float32
                 and not (torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad))):
-            y = mkl_linear(x.reshape(rows, width), layer._racer_packed_weight, layer.weight,
+            y = mkl_linear(x.reshape(rows, width).contiguous(), layer._racer_packed_weight, layer.weight,
                            layer.bias, rows)
             return y.reshape(*x.shape[:-1], y.shape[-1])
         return original(x)
