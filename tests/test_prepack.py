@@ -138,3 +138,42 @@ def test_support_reasons_and_maybe_prepack_modes():
     if handle is not None:
         assert prepacked_layer_count(model) == 15
         handle.restore()
+
+
+@needs_mkl
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_wrong_width_subclasses_empty_layers_and_autocast_keep_the_original_path():
+    class Doubled(torch.nn.Linear):  # e.g. an adapter: its own forward must survive
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), Doubled(8, 8), torch.nn.Linear(0, 4))
+    handle = prepack_linear_weights(model)
+    try:
+        assert handle.layers == [model[0]] and prepacked_layer_count(model) == 1
+        with torch.inference_mode():
+            with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+                model[0](torch.randn(8, 17))  # the same error as nn.Linear, not a wild read
+            x = torch.randn(8, 8)
+            assert torch.equal(model[1](x), torch.nn.functional.linear(x, model[1].weight, model[1].bias) * 2)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                assert model[0](torch.randn(8, 16)).dtype == torch.bfloat16
+            assert model[0](torch.randn(8, 16)).dtype == torch.float32
+    finally:
+        handle.restore()
+    with pytest.raises(ValueError, match="max_rows"):
+        prepack_linear_weights(model, max_rows=2**63)
+    assert prepacked_layer_count(model) == 0
+
+
+def test_cli_prepack_on_where_impossible_exits_with_a_message(tmp_path):
+    from racer_ref import cli
+
+    folder = tmp_path / "half"
+    tiny_model("llama", dtype=torch.float16).save_pretrained(folder)
+    from racer_ref.models import load_default_tokenizer
+
+    load_default_tokenizer().save_pretrained(folder)
+    with pytest.raises(SystemExit, match="--prepack on: model: cannot prepack: .*float32"):
+        cli.main(["generate", "--model", str(folder), "--device", "cpu", "--dtype", "fp16",
+                  "--prepack", "on", "--max-new-tokens", "2", "hi"])

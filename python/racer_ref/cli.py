@@ -65,7 +65,10 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     dtype = resolve_dtype(args.dtype, device)
     args.device, args.dtype = device, dtype
     model, tokenizer = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn)
-    maybe_prepack(model, getattr(args, "prepack", "off"))
+    try:
+        maybe_prepack(model, getattr(args, "prepack", "off"))
+    except RuntimeError as exc:  # --prepack on where it cannot be done
+        raise SystemExit(f"racer-ref: error: --prepack on: {exc}") from None
     return model, tokenizer
 
 

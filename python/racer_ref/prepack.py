@@ -28,7 +28,13 @@ What it changes and what it does not
 - Extra memory: one packed copy of the weights (about the size of the fp32 weights).
 - Only CPU, float32, inference (no autograd through the packed product), and only where the
   MKL ops exist (the x86 PyTorch wheels). :func:`prepack_support` says why not otherwise.
-- The packed copy is a snapshot: call :meth:`PrepackedLinears.restore` before changing weights.
+- The packed copy is a snapshot: call :meth:`PrepackedLinears.restore` before changing
+  weights, and before copying or pickling the model (the packed tensors are opaque MKL
+  buffers that ``copy.deepcopy`` and ``torch.save(model)`` cannot handle; ``state_dict()``
+  and ``save_pretrained`` are unaffected).
+- Only layers that compute ``nn.Linear.forward`` itself are packed: a subclass with its own
+  ``forward`` (an adapter, say) and empty layers keep their own path. Calls under
+  ``torch.autocast`` and calls of the wrong width also take the original path.
 """
 
 from __future__ import annotations
@@ -40,6 +46,19 @@ from typing import Any, List, Optional, Tuple
 #: amortised and the packed product measured no faster (slower at 64 rows on our CPU).
 DEFAULT_MIN_ROWS = 4
 DEFAULT_MAX_ROWS = 32
+#: Largest ``max_rows`` accepted (a verify pass is a draft tree: at most 4096 nodes).
+MAX_ROWS_LIMIT = 4096
+
+
+def _packable(model: Any) -> List[Any]:
+    """The modules :func:`prepack_linear_weights` packs: those whose forward is
+    ``nn.Linear.forward`` itself (subclasses that override it are left alone), with at least
+    one input and one output feature."""
+    import torch
+
+    return [m for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and type(m).forward is torch.nn.Linear.forward
+            and m.in_features > 0 and m.out_features > 0]
 
 
 def prepack_support(model: Any) -> Tuple[bool, str]:
@@ -60,9 +79,9 @@ def prepack_support(model: Any) -> Tuple[bool, str]:
         return False, "the model has no parameters"
     if any(p.device.type != "cpu" for p in params):
         return False, "the model is not on the CPU (packed GEMM is an MKL, CPU-only feature)"
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    linears = _packable(model)
     if not linears:
-        return False, "the model has no nn.Linear layers"
+        return False, "the model has no nn.Linear layers that can be packed"
     if any(m.weight.dtype != torch.float32 for m in linears):
         return False, "the model's linear layers are not float32"
     return True, ""
@@ -119,12 +138,14 @@ def prepack_linear_weights(
 
     if not isinstance(min_rows, int) or isinstance(min_rows, bool) or min_rows < 1:
         raise ValueError(f"min_rows: expected an int >= 1, got {min_rows!r}")
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < min_rows:
-        raise ValueError(f"max_rows: expected an int >= min_rows ({min_rows}), got {max_rows!r}")
+    if (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < min_rows
+            or max_rows > MAX_ROWS_LIMIT):
+        raise ValueError(f"max_rows: expected an int in [min_rows, {MAX_ROWS_LIMIT}] = "
+                         f"[{min_rows}, {MAX_ROWS_LIMIT}], got {max_rows!r}")
     ok, why = prepack_support(model)
     if not ok:
         raise RuntimeError(f"model: cannot prepack: {why}")
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    linears = _packable(model)
     if any("_racer_packed_weight" in m.__dict__ for m in linears):
         raise ValueError("model: its linear layers are already prepacked (restore() first)")
 
@@ -160,7 +181,9 @@ def _packed_forward(layer: Any, handle: PrepackedLinears) -> Any:
         width = x.shape[-1] if x.dim() else 0
         rows = x.numel() // width if width else 0
         if (handle.enabled and handle.min_rows <= rows <= handle.max_rows
+                and width == layer.in_features
                 and x.device.type == "cpu" and x.dtype == torch.float32
+                and not _autocast_on()
                 and not (torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad))):
             y = mkl_linear(x.reshape(rows, width).contiguous(), layer._racer_packed_weight, layer.weight,
                            layer.bias, rows)
@@ -168,6 +191,16 @@ def _packed_forward(layer: Any, handle: PrepackedLinears) -> Any:
         return original(x)
 
     return forward
+
+
+def _autocast_on() -> bool:
+    """Whether CPU autocast is active (then the original path applies its casts)."""
+    import torch
+
+    try:
+        return bool(torch.is_autocast_enabled("cpu"))
+    except TypeError:  # older PyTorch
+        return bool(torch.is_autocast_cpu_enabled())
 
 
 def maybe_prepack(model: Any, mode: str) -> Optional[PrepackedLinears]:
