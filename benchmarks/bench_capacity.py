@@ -5,6 +5,8 @@ auto`` measures), and what it means for the speedup.
     .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16
     .venv/bin/python benchmarks/bench_capacity.py --mat 64=3.34 16=2.6   # + predicted speedups
     .venv/bin/python benchmarks/bench_capacity.py --prepack both         # MKL prepacked weights too
+    .venv/bin/python benchmarks/bench_capacity.py --prepack on --attn both  # sdpa vs sdpa_gqa attention
+    .venv/bin/python benchmarks/bench_capacity.py --prepack on --cache both # DynamicLayer vs GrowingLayer
 
 For each tree size n it prints the median and the minimum over ``--rounds`` interleaved rounds
 of one verify pass (forward over n tree tokens after ``--prefix`` cached tokens, plus the
@@ -42,13 +44,20 @@ def main() -> None:
     p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
     p.add_argument("--prepack", default="off", choices=["off", "on", "both"],
                    help="MKL prepacked weights (racer_ref.prepack): off, on, or both interleaved")
+    p.add_argument("--attn", default="sdpa_gqa", choices=["sdpa", "sdpa_gqa", "both"],
+                   help="attention: transformers' sdpa, racer_ref.attention's sdpa_gqa, or both interleaved")
+    p.add_argument("--cache", default="growing", choices=["dynamic", "growing", "both"],
+                   help="KV cache layers: transformers' DynamicLayer, racer_ref.kv_cache's GrowingLayer, or both")
     args = p.parse_args()
+
+    import itertools
 
     import numpy as np
     import torch
     from transformers import DynamicCache
 
     from racer_ref.capacity import _pass, chain_tree
+    from racer_ref.kv_cache import growing_cache
     from racer_ref.models import load_model
     from racer_ref.verify import forward_prompt
 
@@ -56,53 +65,70 @@ def main() -> None:
     model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
     vocab = int(model.config.vocab_size)
     sizes = [int(s) for s in args.sizes.split(",")]
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.prepack]
+    packs = {"off": ["off"], "on": ["on"], "both": ["off", "on"]}[args.prepack]
+    attns = ["sdpa", "sdpa_gqa"] if args.attn == "both" else [args.attn]
+    caches = ["dynamic", "growing"] if args.cache == "both" else [args.cache]
+    if "sdpa_gqa" in attns:
+        from racer_ref.attention import register
+
+        register()
     handle = None
     if args.prepack != "off":
         from racer_ref.prepack import prepack_linear_weights
 
         handle = prepack_linear_weights(model)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    samples = {(n, packed): [] for n in sizes for packed in modes}
+    # A variant: (prepack, attention, cache kind); one sample list per (tree size, variant).
+    variants = list(itertools.product(packs, attns, caches))
+    samples = {(n, v): [] for n in sizes for v in variants}
+
+    def setup(variant: tuple) -> None:
+        pack, attn, _ = variant
+        if handle is not None:
+            handle.enabled = pack == "on"
+        if model.config._attn_implementation != attn:
+            model.set_attn_implementation(attn)
+
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
         prompt = torch.as_tensor(np.random.default_rng(0).integers(0, vocab, args.prefix), device=model.device)
-        forward_prompt(model, cache, prompt)
+        kv = {}
+        for kind in caches:
+            kv[kind] = growing_cache(model) if kind == "growing" else DynamicCache(config=model.config)
+            forward_prompt(model, kv[kind], prompt)
         trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
-        for n, packed in samples:  # warm-up
-            if handle is not None:
-                handle.enabled = packed
-            _pass(model, cache, trees[n], args.prefix, 8)
+        for n, v in samples:  # warm-up
+            setup(v)
+            _pass(model, kv[v[2]], trees[n], args.prefix, 8)
         for _ in range(args.rounds):
-            for n, packed in samples:
-                if handle is not None:
-                    handle.enabled = packed
+            for n, v in samples:
+                setup(v)
                 sync()
                 tic = time.perf_counter()
-                _pass(model, cache, trees[n], args.prefix, 8)
+                _pass(model, kv[v[2]], trees[n], args.prefix, 8)
                 sync()
-                samples[(n, packed)].append(time.perf_counter() - tic)
+                samples[(n, v)].append(time.perf_counter() - tic)
     print(f"verify pass vs tree size: {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
-          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds; T1 = the plain 1-token pass")
-    base = (1, modes[0])
+          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds; T1 = the plain 1-token pass "
+          f"of the first variant")
+    base = (1, variants[0])
     base_med = statistics.median(samples[base]) if base in samples else None
     base_min = min(samples[base]) if base in samples else None
-    print(f"{'n':>5} {'prepack':>8} {'median ms':>10} {'min ms':>8} {'med/T1':>7} {'min/T1':>7}")
-    for (n, packed), times in samples.items():
+    print(f"{'n':>5} {'prepack':>8} {'attention':>10} {'cache':>8} {'median ms':>10} {'min ms':>8} "
+          f"{'med/T1':>7} {'min/T1':>7}")
+    for (n, (pack, attn, kind)), times in samples.items():
         med, low = statistics.median(times) * 1e3, min(times) * 1e3
         r_med = f"{med / (base_med * 1e3):7.2f}" if base_med else "      -"
         r_min = f"{low / (base_min * 1e3):7.2f}" if base_min else "      -"
-        print(f"{n:>5} {'on' if packed else 'off':>8} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
+        print(f"{n:>5} {pack:>8} {attn:>10} {kind:>8} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
     for item in args.mat:
         c, mat = item.split("=")
         c, mat = int(c), float(mat)
-        for packed in modes:
-            if (c, packed) in samples and base_min:
-                t = samples[(c, packed)]
-                print(f"capacity {c}, prepack {'on' if packed else 'off'}: MAT {mat:.2f} -> predicted "
+        for v in variants:
+            if (c, v) in samples and base_min:
+                t = samples[(c, v)]
+                print(f"capacity {c}, prepack {v[0]}, {v[1]}, {v[2]} cache: MAT {mat:.2f} -> predicted "
                       f"speedup over one-token decoding {mat * base_min / min(t):.2f}x (min) / "
                       f"{mat * base_med / statistics.median(t):.2f}x (median)")
-
 
 if __name__ == "__main__":
     main()

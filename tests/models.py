@@ -71,6 +71,10 @@ def tiny_model(
         for param in model.parameters():
             if param.dim() >= 2:
                 param.mul_(scale)
+    if attn == "sdpa_gqa":
+        from racer_ref.attention import register
+
+        register()
     model.config._attn_implementation = attn
     model.generation_config.eos_token_id = eos_token_id
     model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0

@@ -111,9 +111,13 @@ def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     packed = 15 if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") else 0
     assert json.loads((out / "meta.json").read_text())["prepacked_linears"] == packed
     assert f"- prepacked linears: {packed}" in printed
-    assert cli.main(argv[:-3] + ["--out", str(tmp_path / "off"), "--prepack", "off", "--no-progress"]) == 0
+    # --attn auto (the default): the tiny Llama groups its 4 query heads over 2 key/value heads
+    assert json.loads((out / "meta.json").read_text())["attn_implementation"] == "sdpa_gqa"
+    assert cli.main(argv[:-3] + ["--out", str(tmp_path / "off"), "--prepack", "off", "--attn", "sdpa",
+                              "--no-progress"]) == 0
     capsys.readouterr()
     assert json.loads((tmp_path / "off" / "meta.json").read_text())["prepacked_linears"] == 0
+    assert json.loads((tmp_path / "off" / "meta.json").read_text())["attn_implementation"] == "sdpa"
     assert all(json.loads(line)["matches_ar"] for line in (tmp_path / "off" / "results.jsonl").read_text().splitlines())
     assert cli.main(["summarize", str(out), "--no-plots"]) == 0
     assert "### Overall" in capsys.readouterr().out

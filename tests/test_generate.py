@@ -115,7 +115,7 @@ def test_partially_wrong_drafts_still_equal_greedy(kind):
     assert 3 in result.accepted_lengths and 6 in result.accepted_lengths
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "sdpa_gqa"])
 def test_eager_and_sdpa_equal_greedy(attn):
     m = model("llama", attn=attn)
     prompt = PROMPTS["repetitive"]
@@ -364,7 +364,7 @@ def test_result_fields():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "sdpa_gqa"])
 def test_half_precision_runs(dtype, attn):
     m = tiny_model("llama", dtype=dtype, attn=attn)
     result = generate(m, None, PROMPTS["repetitive"], max_new_tokens=16)

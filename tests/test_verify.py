@@ -54,7 +54,7 @@ def test_tree_attention_bias_is_additive_prefix_plus_ancestors():
     assert (bias[0, 0, :, 4:][~visible] == torch.finfo(torch.float16).min).all()
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "sdpa_gqa"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_node_logits_equal_running_its_path_alone(kind, attn):
     model = tiny_model(kind, attn=attn)
@@ -127,7 +127,7 @@ def test_accept_greedy_follows_the_predicted_child_not_the_first_branch():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "sdpa_gqa"])
 def test_half_precision_tree_pass_matches_path_alone(dtype, attn):
     model = tiny_model("llama", attn=attn, dtype=dtype)
     logits, _ = tree_logits(model, TREE_TOKENS)

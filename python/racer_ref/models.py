@@ -125,7 +125,8 @@ def load_model(
         path: a local Hugging Face model folder; ``None`` means the default model.
         device: a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
         dtype: ``"fp32"``, ``"fp16"``, ``"bf16"`` (or a ``torch.dtype``).
-        attn_implementation: ``"eager"``, ``"sdpa"`` or ``None`` (transformers' default).
+        attn_implementation: ``"eager"``, ``"sdpa"``, ``"sdpa_gqa"`` (:mod:`racer_ref.attention`)
+            or ``None`` (transformers' default).
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode on ``device``.
@@ -142,6 +143,10 @@ def load_model(
 
     kwargs: dict = {"dtype": torch_dtype}
     if attn_implementation is not None:
+        if attn_implementation == "sdpa_gqa":
+            from racer_ref.attention import register
+
+            register()  # transformers must know the name before it builds the model
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -1,0 +1,87 @@
+"""``racer_ref.kv_cache``: KV cache layers that write in place, bit-identical to DynamicLayer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from models import greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
+from racer_ref.generate import _make_cache, generate
+from racer_ref.kv_cache import MIN_SLOTS, GrowingLayer, growing_cache
+from racer_ref.verify import forward_prompt, forward_tree, keep_accepted
+
+PROMPT = [3, 9, 27, 81, 5, 15, 45, 7]
+TOKENS = [5, 17, 17, 40, 3, 99, 12, 8]
+PARENTS = [-1, 0, 0, 1, 1, 2, 3, 3]
+
+
+def kv(n, seed, heads=2, dim=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, heads, n, dim, generator=g), torch.randn(1, heads, n, dim, generator=g)
+
+
+def test_update_appends_in_place_and_grows_by_doubling():
+    layer, plain = GrowingLayer(), DynamicLayer()
+    keys, values = layer.update(*kv(3, 0))
+    plain.update(*kv(3, 0))
+    buffer = layer._key_buffer
+    assert buffer.shape == (1, 2, MIN_SLOTS, 4) and keys.data_ptr() == buffer.data_ptr()
+    assert keys.shape == (1, 2, 3, 4) and layer.get_seq_length() == 3
+    for step in range(1, 60):  # 3 + 59 * 5 = 298 entries: one reallocation past 256
+        keys, values = layer.update(*kv(5, step))
+        plain.update(*kv(5, step))
+        assert torch.equal(keys, plain.keys) and torch.equal(values, plain.values)
+    assert layer.get_seq_length() == 298 and layer._key_buffer.shape[2] == 2 * 258  # doubled when 258 did not fit
+    assert layer.keys.data_ptr() == layer._key_buffer.data_ptr()
+
+
+def test_cropping_keeps_the_buffer_and_a_foreign_tensor_is_adopted():
+    layer = GrowingLayer()
+    layer.update(*kv(10, 0))
+    buffer = layer._key_buffer
+    layer.crop(-4)  # a view of the first 6 entries
+    layer.update(*kv(2, 1))
+    assert layer._key_buffer is buffer and layer.get_seq_length() == 8
+    assert torch.equal(layer.keys[:, :, 6:], kv(2, 1)[0])  # written over the cropped slots
+    before = layer.keys.clone()
+    layer.keys, layer.values = layer.keys[:, :, 2:].clone(), layer.values[:, :, 2:].clone()  # not a buffer view
+    keys, _ = layer.update(*kv(1, 2))
+    assert layer._key_buffer is not buffer and keys.data_ptr() == layer._key_buffer.data_ptr()
+    assert torch.equal(keys[:, :, :6], before[:, :, 2:]) and torch.equal(keys[:, :, 6:], kv(1, 2)[0])
+    layer.reset()
+    assert layer.get_seq_length() == 0 and layer._key_buffer is None
+    assert layer.update(*kv(1, 3))[0].shape == (1, 2, 1, 4)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "qwen2"])
+def test_tree_pass_and_accepted_path_are_bit_identical_to_dynamic_layers(kind):
+    model = tiny_model(kind)
+    results = []
+    for cache in (DynamicCache(config=model.config), growing_cache(model)):
+        with torch.no_grad():
+            forward_prompt(model, cache, torch.tensor(PROMPT))
+            first = forward_tree(model, cache, make_tree(TOKENS, PARENTS))
+            keep_accepted(cache, len(PROMPT), [0, 2, 5])
+            second = forward_tree(model, cache, make_tree(TOKENS[:4], PARENTS[:4]))
+        results.append((first, second, [layer.keys.clone() for layer in cache.layers]))
+    (f0, s0, k0), (f1, s1, k1) = results
+    assert torch.equal(f0, f1) and torch.equal(s0, s1)
+    assert all(torch.equal(a, b) for a, b in zip(k0, k1))
+    assert k1[0].shape[2] == len(PROMPT) + 3 + 4
+
+
+def test_generate_uses_growing_layers_by_default_and_still_takes_a_plain_cache():
+    model = tiny_model("llama")
+    assert all(type(layer) is GrowingLayer for layer in _make_cache(model, None).layers)
+    truth = greedy_reference(model, PROMPT * 4, 20)
+    assert generate(model, None, PROMPT * 4, max_new_tokens=20).token_ids == truth
+    cache = DynamicCache(config=model.config)
+    assert generate(model, None, PROMPT * 4, max_new_tokens=20, cache=cache).token_ids == truth
+    assert all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def test_growing_cache_needs_a_model():
+    with pytest.raises(TypeError, match="model: expected a transformers model"):
+        growing_cache(object())
