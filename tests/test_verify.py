@@ -137,3 +137,22 @@ def test_half_precision_tree_pass_matches_path_alone(dtype, attn):
         with torch.no_grad():
             alone = model(torch.tensor([PROMPT + path_tokens])).logits[0, -1]
         torch.testing.assert_close(logits[node].float(), alone.float(), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lone_root_takes_the_plain_causal_path(kind, monkeypatch):
+    """A one-node tree needs no tree mask: forward_tree lets transformers decode one token."""
+    import racer_ref.verify as verify
+
+    model = tiny_model(kind)
+    cache = prefilled(model, PROMPT)
+
+    def no_bias(*args, **kwargs):
+        raise AssertionError("a lone root must not build a tree mask")
+
+    monkeypatch.setattr(verify, "tree_attention_bias", no_bias)
+    with torch.no_grad():
+        logits = forward_tree(model, cache, make_tree([TREE_TOKENS[0]], [-1]))
+        alone = model(torch.tensor([PROMPT + [TREE_TOKENS[0]]])).logits[0, -1]
+    assert logits.shape == (1, 128) and cache.get_seq_length() == len(PROMPT) + 1
+    torch.testing.assert_close(logits[0], alone, atol=2e-4, rtol=1e-4)

@@ -108,10 +108,15 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
     tree_mask = torch.as_tensor(tree.attention_mask, device=device)  # (n, n) bool
     # A node at depth d sits d tokens after the root, and the root comes right after the cache.
     position_ids = (past_length + depths)[None]  # (1, n)
-    bias = tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
+    if len(tree) == 1:
+        # A lone root sees the whole prefix and itself: plain causal attention, so we let
+        # transformers take its one-token path (no mask to build or add; plain decoding).
+        bias = None
+    else:
+        bias = tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
     out = model(
         input_ids=tokens[None],  # (1, n)
-        attention_mask=bias,  # (1, 1, n, L + n)
+        attention_mask=bias,  # (1, 1, n, L + n), or None for a lone root
         position_ids=position_ids,  # (1, n)
         use_cache=True,
         **{cache_keyword(type(model)): cache},
