@@ -113,8 +113,9 @@ def test_use_sdpa_gqa_switches_only_grouped_sdpa_models():
     for model in (tiny_model("llama", attn="eager"), tiny_model("gpt2")):
         before = model.config._attn_implementation
         assert use_sdpa_gqa(model) is False and model.config._attn_implementation == before
-    with pytest.raises(TypeError, match="model: expected a transformers model"):
-        use_sdpa_gqa(torch.nn.Linear(2, 2))
+    for fake in (torch.nn.Linear(2, 2), type("Fake", (), {"config": llama.config})()):
+        with pytest.raises(TypeError, match="model: expected a transformers model"):
+            use_sdpa_gqa(fake)
 
 
 def test_registration_is_idempotent_and_reaches_transformers():

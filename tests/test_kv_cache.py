@@ -83,5 +83,63 @@ def test_generate_uses_growing_layers_by_default_and_still_takes_a_plain_cache()
 
 
 def test_growing_cache_needs_a_model():
-    with pytest.raises(TypeError, match="model: expected a transformers model"):
-        growing_cache(object())
+    for fake in (object(), type("Fake", (), {"config": object()})()):
+        with pytest.raises(TypeError, match="model: expected a transformers model"):
+            growing_cache(fake)
+
+
+def test_a_buffer_from_inference_mode_is_replaced_outside_it():
+    layer, plain = GrowingLayer(), DynamicLayer()
+    with torch.inference_mode():
+        layer.update(*kv(4, 0))
+        plain.update(*kv(4, 0))
+    with torch.no_grad():  # writing into an inference tensor here would raise
+        keys, values = layer.update(*kv(2, 1))
+        plain.update(*kv(2, 1))
+    assert not layer._key_buffer.is_inference()
+    assert torch.equal(keys, plain.keys) and torch.equal(values, plain.values)
+
+
+def test_recorded_passes_keep_their_tensors_for_backward():
+    layer = GrowingLayer()
+    layer.update(*kv(3, 0))  # a plain prefix in the buffer
+    grads = []
+    for seed in (1, 2):  # two recorded passes through the same cache, then one backward
+        k, v = (t.requires_grad_() for t in kv(2, seed))
+        keys, values = layer.update(k, v)
+        grads.append(k)
+        loss = (keys.sum() + values.sum()) if seed == 1 else loss + keys.sum() + values.sum()
+    loss.backward()
+    assert all(torch.equal(k.grad, torch.full_like(k, 2.0 if k is grads[0] else 1.0)) for k in grads)
+    assert layer.get_seq_length() == 7 and layer._key_buffer is None  # DynamicLayer's path
+    keys, _ = layer.update(*kv(1, 3))  # back to no recording: adopted into a new buffer
+    assert keys.data_ptr() == layer._key_buffer.data_ptr() and keys.shape[2] == 8
+
+
+def test_odd_appends_behave_like_dynamic_layer():
+    layer = GrowingLayer()
+    assert layer.update(*kv(0, 0))[0].shape == (1, 2, 0, 4)  # nothing to append, nothing to fail
+    layer.update(*kv(3, 1, heads=2))
+    before = layer.keys.clone()
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        layer.update(*kv(1, 2, heads=3))  # other heads than the cached entries: torch.cat's error
+    assert torch.equal(layer.keys, before)  # unchanged
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        layer.update(*(t.expand(2, -1, -1, -1) for t in kv(2, 3)))  # batch 2 cannot follow batch 1
+    # ... unless the cache was emptied first: then the new batch size is taken, not broadcast
+    layer.crop(-layer.get_seq_length())
+    keys, _ = layer.update(*(t.expand(2, -1, -1, -1) for t in kv(1, 4)))
+    assert keys.shape == (2, 2, 1, 4)
+    layer.crop(-1)
+    keys, _ = layer.update(*kv(1, 5))
+    assert keys.shape == (1, 2, 1, 4) and torch.equal(keys, kv(1, 5)[0])
+
+
+def test_offload_frees_the_buffers():
+    layer = GrowingLayer()
+    layer.update(*kv(5, 0))
+    layer.offload()
+    assert layer._key_buffer is None and layer.keys.shape == (1, 2, 5, 4)
+    layer.prefetch()
+    keys, _ = layer.update(*kv(1, 1))
+    assert keys.shape == (1, 2, 6, 4) and keys.data_ptr() == layer._key_buffer.data_ptr()

@@ -127,7 +127,7 @@ def use_sdpa_gqa(model: Any) -> bool:
         TypeError: ``model`` has no transformers ``config``.
     """
     config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "_attn_implementation"):
+    if config is None or not hasattr(config, "_attn_implementation") or not hasattr(model, "set_attn_implementation"):
         raise TypeError(f"model: expected a transformers model with a config, got {type(model).__name__}")
     current = config._attn_implementation
     if current == SDPA_GQA:

@@ -34,6 +34,13 @@ class GrowingLayer(DynamicLayer):
         keys, values: ``(batch, kv_heads, length, head_dim)`` views of the buffers (as in
             ``DynamicLayer``); assigning a shorter view of them (cropping) is allowed, and
             assigning any other tensor makes the next :meth:`update` copy it into a new buffer.
+
+    Unlike ``DynamicLayer``, the tensors it returns share memory with the cache: after a crop,
+    the next update writes over the slots that an earlier returned tensor still shows (as
+    with transformers' ``StaticCache``). Clone what you want to keep. Calls that autograd
+    records (grad enabled, inputs that require grad) take ``DynamicLayer``'s path, since
+    autograd must keep each pass's tensors unchanged; so do appends whose batch, heads, head
+    size, dtype or device differ from the entries already cached (``torch.cat``'s error).
     """
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -53,6 +60,12 @@ class GrowingLayer(DynamicLayer):
             and self.keys.shape[:2] == kb.shape[:2]
         )
 
+    @staticmethod
+    def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+        """Same batch, heads, head size, dtype and device (the length may differ)."""
+        sa, sb = a.shape, b.shape
+        return sa[0] == sb[0] and sa[1] == sb[1] and sa[3] == sb[3] and a.dtype == b.dtype and a.device == b.device
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -61,13 +74,28 @@ class GrowingLayer(DynamicLayer):
         Returns:
             ``(keys, values)``, each ``(batch, kv_heads, length + n, head_dim)``, views of the
             buffers (not contiguous across heads once the buffer has spare slots).
+
+        Raises:
+            RuntimeError: as ``DynamicLayer`` (``torch.cat``) does, when the new entries do not
+                fit the cached ones; the cache is then unchanged.
         """
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self.get_seq_length()
+        recorded = (key_states.requires_grad or value_states.requires_grad) and torch.is_grad_enabled()
+        fits = length == 0 or (self._same_layout(self.keys, key_states) and self._same_layout(self.values, value_states))
+        if recorded or not fits:
+            # DynamicLayer's path: a fresh tensor per pass (or torch.cat's error, before any change).
+            keys, values = super().update(key_states, value_states, *args, **kwargs)
+            self._key_buffer = self._value_buffer = None  # the next plain update adopts these
+            return keys, values
         n = key_states.shape[-2]
-        if length + n > (0 if self._key_buffer is None else self._key_buffer.shape[-2]) or (
-            length and not self._views_of_buffers()
+        kb = self._key_buffer
+        if (
+            kb is None
+            or length + n > kb.shape[-2]
+            or not (self._views_of_buffers() if length else self._same_layout(kb, key_states))
+            or (kb.is_inference() and not torch.is_inference_mode_enabled())  # not writable here
         ):
             # New buffers: twice what is needed now, with the entries so far at the front.
             slots = max(2 * (length + n), MIN_SLOTS)
@@ -83,6 +111,12 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[:, :, :length + n]
         return self.keys, self.values
 
+    def offload(self) -> None:
+        """Move the entries to the CPU and free the buffers (the next update makes new ones)."""
+        super().offload()
+        if self.is_initialized:
+            self._key_buffer = self._value_buffer = None
+
     def reset(self) -> None:
         """Forget the entries and the buffers (the next update starts afresh)."""
         super().reset()
@@ -97,7 +131,7 @@ def growing_cache(model: Any) -> DynamicCache:
         TypeError: ``model`` has no transformers ``config``.
     """
     config = getattr(model, "config", None)
-    if config is None:
+    if config is None or not hasattr(config, "get_text_config"):
         raise TypeError(f"model: expected a transformers model with a config, got {type(model).__name__}")
     cache = DynamicCache(config=config)
     cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
