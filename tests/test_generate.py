@@ -90,8 +90,9 @@ def test_accepted_path_is_not_the_first_branch(kind):
     calls = []
     original = generate_module.accept_greedy
 
-    def spy(logits, tree):
-        accepted, nxt = original(logits, tree)
+    def spy(logits, tree, predicted=None):
+        assert predicted == logits.argmax(dim=-1).tolist()  # read off the top-k, exactly argmax
+        accepted, nxt = original(logits, tree, predicted)
         calls.append((accepted, tree))
         return accepted, nxt
 

@@ -156,3 +156,20 @@ def test_a_lone_root_takes_the_plain_causal_path(kind, monkeypatch):
         alone = model(torch.tensor([PROMPT + [TREE_TOKENS[0]]])).logits[0, -1]
     assert logits.shape == (1, 128) and cache.get_seq_length() == len(PROMPT) + 1
     torch.testing.assert_close(logits[0], alone, atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_argmax_from_topk_is_exactly_argmax_with_ties_and_nans(k):
+    from racer_ref.verify import argmax_from_topk
+
+    g = torch.Generator().manual_seed(k)
+    logits = torch.randn(6, 50, generator=g)
+    logits[1, [7, 3]] = 9.0  # a tie at the top: argmax takes the first (3), top-k may not
+    logits[2, 20:] = 9.5  # many tied maxima
+    logits[3, 11] = float("nan")  # argmax treats NaN as the maximum
+    logits[4, 40] = float("inf")
+    values, ids = logits.topk(k, dim=-1)
+    assert argmax_from_topk(logits, values, ids) == logits.argmax(dim=-1).tolist()
+    assert argmax_from_topk(logits, values, ids)[1:3] == [3, 20]
+    clean = torch.randn(5, 50, generator=g)
+    assert argmax_from_topk(clean, *clean.topk(k, dim=-1)) == clean.argmax(dim=-1).tolist()

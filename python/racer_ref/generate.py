@@ -26,7 +26,8 @@ import torch
 
 from racer_ref.reference.draft_tree import SOURCE_ROOT, DraftTree
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
-from racer_ref.verify import accept_greedy, accept_sampling, forward_prompt, forward_tree, keep_accepted
+from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
+                              keep_accepted)
 
 #: Every ``method`` generate() accepts: the drafters of ``racer_ref.Drafter`` plus plain
 #: autoregressive decoding (``"ar"``: root-only trees through the same loop).
@@ -449,8 +450,12 @@ def generate(
             timings["forward"] += time.perf_counter() - tic
             # ---- accept -----------------------------------------------------------------
             tic = time.perf_counter()
+            if drafter is not None:
+                # Every node's top-k feeds the copy-logit table; one top-k also gives the argmax.
+                topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
             if temperature == 0:
-                accepted, next_root = accept_greedy(logits, tree)
+                predicted = None if drafter is None else argmax_from_topk(logits, topk_values, topk_ids)
+                accepted, next_root = accept_greedy(logits, tree, predicted)
             else:
                 accepted, next_root = accept_sampling(target_probs(logits, temperature, top_p), tree, generator)
             timings["acceptance"] += time.perf_counter() - tic
@@ -464,7 +469,7 @@ def generate(
             timings["bookkeeping"] += time.perf_counter() - tic
             if drafter is not None:
                 tic = time.perf_counter()
-                topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (n, k) int64
+                topk = topk_ids.cpu().numpy()  # (n, k) int64
                 last_topk = topk[accepted[-1]]  # (k,) the row that produced the next root
                 observed = np.arange(len(tree)) if observe_rejected else np.asarray(accepted)
                 drafter.observe(tree.tokens[observed], topk[observed])
