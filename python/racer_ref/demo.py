@@ -169,7 +169,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.walkthrough:
         automaton_walkthrough()
         print()
-    run_demo(max_new_tokens=args.max_new_tokens)
+    try:
+        run_demo(max_new_tokens=args.max_new_tokens)
+    except (FileNotFoundError, RuntimeError) as exc:  # no model wheel / cache, failed conversion
+        raise SystemExit(f"racer-ref demo: error: {exc}") from None
 
 
 if __name__ == "__main__":

