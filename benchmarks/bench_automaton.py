@@ -72,7 +72,7 @@ def real_texts(data: Path) -> List[str]:
 
 
 def token_stream() -> Tuple[List[int], str]:
-    from racer_ref.models import DEFAULT_MODEL_NAME, load_default_tokenizer
+    from racer_ref.harness.models import DEFAULT_MODEL_NAME, load_default_tokenizer
 
     tokenizer = load_default_tokenizer()
     ids: List[int] = []

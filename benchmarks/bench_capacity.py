@@ -43,11 +43,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
     p.add_argument("--prepack", default="off", choices=["off", "on", "both"],
-                   help="MKL prepacked weights (racer_ref.prepack): off, on, or both interleaved")
+                   help="MKL prepacked weights (racer_ref.speedups.prepack): off, on, or both interleaved")
     p.add_argument("--attn", default="sdpa_gqa", choices=["sdpa", "sdpa_gqa", "both"],
-                   help="attention: transformers' sdpa, racer_ref.attention's sdpa_gqa, or both interleaved")
+                   help="attention: transformers' sdpa, racer_ref.speedups.attention's sdpa_gqa, or both interleaved")
     p.add_argument("--cache", default="growing", choices=["dynamic", "growing", "both"],
-                   help="KV cache layers: transformers' DynamicLayer, racer_ref.kv_cache's GrowingLayer, or both")
+                   help="KV cache layers: transformers' DynamicLayer, racer_ref.speedups.kv_cache's GrowingLayer, or both")
     args = p.parse_args()
 
     import itertools
@@ -56,9 +56,9 @@ def main() -> None:
     import torch
     from transformers import DynamicCache
 
-    from racer_ref.capacity import _pass, chain_tree
-    from racer_ref.kv_cache import growing_cache
-    from racer_ref.models import load_model
+    from racer_ref.speedups.capacity import _pass, chain_tree
+    from racer_ref.speedups.kv_cache import growing_cache
+    from racer_ref.harness.models import load_model
     from racer_ref.verify import forward_prompt
 
     torch.set_num_threads(args.threads)
@@ -69,12 +69,12 @@ def main() -> None:
     attns = ["sdpa", "sdpa_gqa"] if args.attn == "both" else [args.attn]
     caches = ["dynamic", "growing"] if args.cache == "both" else [args.cache]
     if "sdpa_gqa" in attns:
-        from racer_ref.attention import register
+        from racer_ref.speedups.attention import register
 
         register()
     handle = None
     if args.prepack != "off":
-        from racer_ref.prepack import prepack_linear_weights
+        from racer_ref.speedups.prepack import prepack_linear_weights
 
         handle = prepack_linear_weights(model)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)

@@ -45,7 +45,7 @@ def shared_data_dir() -> Path:
 
 def token_stream(max_chars: int) -> np.ndarray:
     """GSM8K questions and answers as one token stream (int64)."""
-    from racer_ref.models import load_default_tokenizer
+    from racer_ref.harness.models import load_default_tokenizer
 
     tokenizer = load_default_tokenizer()
     texts = []

@@ -14,7 +14,7 @@ What it does (issue 5, "GPU check"):
    how often that happened.)
 2. **Benchmark**, in fp16: ``ar``, ``hf-greedy``, ``hf-pld``, ``racer`` (capacity 64) on the
    first 20 HumanEval problems and 26 Spec-Bench questions (2 per category, first turn),
-   128 new tokens, greedy; written by ``racer_ref.bench`` into ``--out`` (results.jsonl,
+   128 new tokens, greedy; written by ``racer_ref.harness.bench`` into ``--out`` (results.jsonl,
    summary.md, plots).
 
 It then prints one Markdown table with both parts. A time budget (``--budget-s``, default
@@ -61,9 +61,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def lossless(model: Any, tokenizer: Any, prompts: List[Any], max_new_tokens: int,
              capacity: int) -> Dict[str, List[bool]]:
     """For each method, one bool per prompt: output identical to ``model.generate`` greedy."""
-    from racer_ref.baselines import hf_generate
-    from racer_ref.datasets import encode_prompt
-    from racer_ref.generate import generate
+    from racer_ref.harness.baselines import hf_generate
+    from racer_ref.harness.datasets import encode_prompt
+    from racer_ref.decoding import generate
 
     same: Dict[str, List[bool]] = {m: [] for m in LOSSLESS_METHODS}
     for prompt in prompts:
@@ -80,9 +80,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from racer_ref.bench import aggregate, read_results, run_bench, speedup
-    from racer_ref.datasets import load_prompts
-    from racer_ref.models import load_model
+    from racer_ref.harness.bench import run_bench
+    from racer_ref.harness.summary import aggregate, read_results, speedup
+    from racer_ref.harness.datasets import load_prompts
+    from racer_ref.harness.models import load_model
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_check: no CUDA device; use --device cpu --dry-run to try the script", file=sys.stderr)
@@ -142,7 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(folder / "results.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
-        from racer_ref.bench import summarize
+        from racer_ref.harness.bench import summarize
 
         summarize(folder, plots=True)
         for method in BENCH_METHODS:

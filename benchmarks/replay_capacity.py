@@ -49,11 +49,11 @@ DEFAULT_RATIOS = "1=1,2=1.09,3=1.15,4=1.26,6=1.41,8=1.45,12=1.61,16=1.69,24=2.0,
 def record(args: argparse.Namespace) -> None:
     import torch
 
-    from racer_ref.capacity import AdaptiveDrafter, CapacityController, DEFAULT_CANDIDATES, tokens_if_truncated
-    from racer_ref.datasets import encode_prompt, load_prompts, select
+    from racer_ref.speedups.capacity import AdaptiveDrafter, CapacityController, DEFAULT_CANDIDATES, tokens_if_truncated
+    from racer_ref.harness.datasets import encode_prompt, load_prompts, select
     from racer_ref.drafter import Drafter
-    from racer_ref.generate import generate
-    from racer_ref.models import load_model
+    from racer_ref.decoding import generate
+    from racer_ref.harness.models import load_model
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model)
@@ -94,7 +94,7 @@ def parse_ratios(text: str) -> Dict[int, float]:
 
 
 def replay(args: argparse.Namespace) -> None:
-    from racer_ref.capacity import CapacityController
+    from racer_ref.speedups.capacity import CapacityController
 
     rows = [json.loads(line) for line in open(args.steps)]
     for r in rows:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from racer_ref.reference.draft_tree import SOURCE_LOGITS, SOURCE_ROOT, DraftTree
+from racer_ref.tree import SOURCE_LOGITS, SOURCE_ROOT, DraftTree
 
 KINDS = ("llama", "gpt2", "qwen2")
 
@@ -72,7 +72,7 @@ def tiny_model(
             if param.dim() >= 2:
                 param.mul_(scale)
     if attn == "sdpa_gqa":
-        from racer_ref.attention import register
+        from racer_ref.speedups.attention import register
 
         register()
     model.config._attn_implementation = attn

@@ -1,4 +1,4 @@
-"""``racer_ref.attention``: grouped-query tree attention without copying the KV cache."""
+"""``racer_ref.speedups.attention``: grouped-query tree attention without copying the KV cache."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from models import greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
-from racer_ref import attention
-from racer_ref.attention import SDPA_GQA, register, sdpa_gqa_attention_forward, use_sdpa_gqa
-from racer_ref.generate import generate
+from racer_ref.speedups import attention
+from racer_ref.speedups.attention import SDPA_GQA, register, sdpa_gqa_attention_forward, use_sdpa_gqa
+from racer_ref.decoding import generate
 from racer_ref.verify import forward_prompt, forward_tree, tree_attention_bias
 
 TOKENS = [5, 17, 17, 40, 3, 99, 12, 8]
@@ -129,7 +129,7 @@ def test_registration_is_idempotent_and_reaches_transformers():
 
 
 def test_load_model_takes_sdpa_gqa(tmp_path):
-    from racer_ref.models import load_default_tokenizer, load_model
+    from racer_ref.harness.models import load_default_tokenizer, load_model
 
     tiny_model("qwen2").save_pretrained(tmp_path)
     load_default_tokenizer().save_pretrained(tmp_path)

@@ -13,14 +13,16 @@ import numpy as np
 import pytest
 
 from models import OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
-from racer_ref import bench as B
-from racer_ref.baselines import ForwardCounter, hf_generate, tokens_per_step
-from racer_ref.capacity import (AdaptiveDrafter, CapacityController, draft_context, priority_order,
+from racer_ref.harness import bench as B
+from racer_ref.harness import summary as S
+from racer_ref.harness.baselines import ForwardCounter, hf_generate, tokens_per_step
+from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, draft_context, priority_order,
                                 profile_forward,
                                 tokens_if_truncated, truncate_tree)
-from racer_ref.datasets import Prompt, encode_prompt
-from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
-from racer_ref.trace import StepRecorder, accepted_path, render_step, save_trace
+from racer_ref.harness.datasets import Prompt, encode_prompt
+from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
+from racer_ref.harness.trace import render_step, save_trace
+from racer_ref.hooks import StepRecorder, accepted_path
 
 PROMPTS = [
     Prompt("p0", "prose", "Repeat after me: the cat sat on the mat, the cat sat on the mat."),
@@ -31,7 +33,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from racer_ref.models import load_default_tokenizer
+    from racer_ref.harness.models import load_default_tokenizer
 
     return load_default_tokenizer()
 
@@ -91,13 +93,13 @@ def test_speedup_is_token_weighted_not_a_mean_of_ratios():
     ]
     # Per prompt racer is 4x and 2x faster (a mean of ratios: 3x); token-weighted:
     # ar 3.0 s / 40 tokens, racer 1.25 s / 40 tokens -> 2.4x.
-    assert B.speedup(rows, "racer", "ar") == pytest.approx(2.4)
-    assert B.speedup(rows, "racer", "ar", category="x") == pytest.approx(4.0)
-    assert B.speedup(rows, "ar", "racer") == pytest.approx(1 / 2.4)
-    assert math.isnan(B.speedup(rows, "racer", "hf-greedy"))
+    assert S.speedup(rows, "racer", "ar") == pytest.approx(2.4)
+    assert S.speedup(rows, "racer", "ar", category="x") == pytest.approx(4.0)
+    assert S.speedup(rows, "ar", "racer") == pytest.approx(1 / 2.4)
+    assert math.isnan(S.speedup(rows, "racer", "hf-greedy"))
     # only prompts both methods ran count
-    assert B.speedup(rows[:3], "racer", "ar") == pytest.approx(4.0)
-    agg = B.aggregate(r for r in rows if r["method"] == "racer")
+    assert S.speedup(rows[:3], "racer", "ar") == pytest.approx(4.0)
+    agg = S.aggregate(r for r in rows if r["method"] == "racer")
     assert agg.steps == 10 and agg.tokens_in_steps == (1 + 2 + 0 + 3 + 4) + 6 * 5
     assert agg.mat == pytest.approx(40 / 10)
 
@@ -191,7 +193,7 @@ def test_run_bench_end_to_end(lm, tokenizer, tmp_path):
     rows = B.run_bench(lm, tokenizer, PROMPTS, methods, tmp_path, max_new_tokens=10, capacity=8,
                        progress=False, meta={"source": "unit test"})
     assert len(rows) == len(PROMPTS) * len(methods)
-    on_disk = B.read_results(tmp_path)
+    on_disk = S.read_results(tmp_path)
     assert on_disk == json.loads(json.dumps(rows))
     required = {"method", "prompt_id", "category", "new_tokens", "steps", "wall_s",
                 "mean_accepted_tokens", "matches_ar"}
@@ -242,7 +244,7 @@ def test_step_recorder_sees_every_step_and_its_accepted_path(lm, tokenizer):
     truth = greedy_reference(lm, prompt, 14)
     oracle = OracleDrafter(prompt, truth, len(tokenizer), depth=3)
     rec = StepRecorder(oracle)
-    from racer_ref.generate import generate
+    from racer_ref.decoding import generate
 
     result = generate(lm, tokenizer, prompt, max_new_tokens=14, drafter=rec)
     rec.finalize(result)
@@ -268,7 +270,7 @@ def test_save_trace_html_and_png(lm, tokenizer, tmp_path):
     prompt = encode_prompt(tokenizer, "abc", chat=False)
     truth = greedy_reference(lm, prompt, 8)
     rec = StepRecorder(OracleDrafter(prompt, truth, len(tokenizer), depth=2))
-    from racer_ref.generate import generate
+    from racer_ref.decoding import generate
 
     rec.finalize(generate(lm, tokenizer, prompt, max_new_tokens=8, drafter=rec))
     html = save_trace(rec.steps, tmp_path / "t.html", tokenizer)
@@ -399,7 +401,7 @@ def test_controller_picks_the_best_tokens_per_second_and_explores():
 
 
 def test_adaptive_drafter_is_lossless_and_learns(lm, tokenizer):
-    from racer_ref.generate import generate
+    from racer_ref.decoding import generate
 
     prompt = encode_prompt(tokenizer, "abc", chat=False)
     truth = greedy_reference(lm, prompt, 24)
@@ -521,5 +523,5 @@ def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):
     for name in ("humaneval", "specbench"):
         for method in module.BENCH_METHODS:
             assert f"| bench | {name} (2) | `{method}` | 2 |" in table
-        assert len(B.read_results(tmp_path / "o" / name)) == 2 * len(module.BENCH_METHODS)
+        assert len(S.read_results(tmp_path / "o" / name)) == 2 * len(module.BENCH_METHODS)
     assert "CUT" not in table

@@ -13,7 +13,7 @@ from racer_ref import cli
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from racer_ref.models import load_default_tokenizer
+    from racer_ref.harness.models import load_default_tokenizer
 
     return load_default_tokenizer()
 
@@ -133,7 +133,7 @@ def test_bench_reports_data_errors_without_a_traceback(tmp_path):
 def test_demo_runs_racer_against_greedy(model_dir):
     from rich.console import Console
 
-    from racer_ref.models import load_model
+    from racer_ref.harness.models import load_model
 
     model, tok = load_model(model_dir)
     console = Console(record=True, width=160, file=open("/dev/null", "w"))

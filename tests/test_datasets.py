@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from racer_ref import datasets as D
+from racer_ref.harness import datasets as D
 
 
 # ----------------------------------------------------------------------------- named sets
@@ -165,7 +165,7 @@ def test_load_prompts_needs_exactly_one_source(tmp_path):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from racer_ref.models import load_default_tokenizer
+    from racer_ref.harness.models import load_default_tokenizer
 
     return load_default_tokenizer()
 

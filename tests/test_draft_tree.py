@@ -11,7 +11,7 @@ import pytest
 from racer_ref import _core
 from racer_ref.reference import draft_tree as ref_tree
 from racer_ref.reference.copy_logit import CopyLogitTable as PyTable
-from racer_ref.reference.draft_tree import (
+from racer_ref.tree import (
     SOURCE_BOTH,
     SOURCE_LOGITS,
     SOURCE_RETRIEVAL,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import racer_ref
 from racer_ref import Drafter, DraftTree
-from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL
+from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL
 from racer_ref.reference.drafter import METHODS, prompt_lookup
 
 FIELDS = ("tokens", "parents", "depths", "attention_mask", "retrieve_indices", "sources")

@@ -15,10 +15,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import racer_ref.generate as generate_module
+import racer_ref.decoding as decoding_module
 from models import KINDS, OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
-from racer_ref.generate import METHODS, TIMING_KEYS, clip_draft_tree, generate
+from racer_ref.decoding import METHODS, TIMING_KEYS, clip_draft_tree, generate
 
 VOCAB = 128
 NEW = 40
@@ -88,7 +88,7 @@ def test_accepted_path_is_not_the_first_branch(kind):
     prompt, depth = PROMPTS["random-a"], 5
     truth = list(reference(kind, "random-a"))
     calls = []
-    original = generate_module.accept_greedy
+    original = decoding_module.accept_greedy
 
     def spy(logits, tree, predicted=None):
         assert predicted == logits.argmax(dim=-1).tolist()  # read off the top-k, exactly argmax
@@ -98,7 +98,7 @@ def test_accepted_path_is_not_the_first_branch(kind):
 
     drafter = OracleDrafter(prompt, truth, VOCAB, depth=depth, wrong=2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(generate_module, "accept_greedy", spy)
+        mp.setattr(decoding_module, "accept_greedy", spy)
         result = generate(model(kind), None, prompt, max_new_tokens=NEW, drafter=drafter)
     assert result.token_ids == truth
     assert result.accepted_lengths[:-1] == [depth] * (len(result.accepted_lengths) - 1)
@@ -149,7 +149,7 @@ def test_repeated_passage_mostly_accepted_and_broken_mask_or_cache_fail():
 
     for name, broken in [("tree_attention_bias", causal_bias), ("keep_accepted", crop_only)]:
         with pytest.MonkeyPatch.context() as mp:
-            target = verify_module if name == "tree_attention_bias" else generate_module
+            target = verify_module if name == "tree_attention_bias" else decoding_module
             mp.setattr(target, name, broken)
             bad = generate(model(kind), None, prompt, max_new_tokens=NEW)
         assert bad.token_ids != truth or bad.mean_accepted_tokens < good.mean_accepted_tokens / 2, name
@@ -482,9 +482,28 @@ def test_a_given_drafter_sets_breadth_and_must_root_its_tree():
         generate(model("gpt2"), None, PROMPTS["random-a"], max_new_tokens=5, drafter=WrongRoot([], [], VOCAB))
 
 
-def test_racer_ref_generate_is_callable_even_after_importing_the_module():
+def test_racer_ref_generate_is_the_function_after_importing_the_loop_module():
     import racer_ref
 
-    assert isinstance(racer_ref.generate, type(generate_module))  # the submodule won the attribute
+    # The loop's module is racer_ref.decoding, so importing it cannot rebind the package's
+    # `generate` to a module: racer_ref.generate is the function, and help() shows its docstring.
+    assert racer_ref.generate is decoding_module.generate
+    assert racer_ref.generate.__doc__.startswith("Decode one prompt with RACER")
     ours = racer_ref.generate(model("llama"), None, PROMPTS["random-a"], max_new_tokens=8)
     assert ours.token_ids == list(reference("llama", "random-a"))[:8]
+
+
+def test_moved_module_paths_import_the_new_modules(monkeypatch):
+    import importlib
+    import sys
+
+    import racer_ref.harness.models
+    import racer_ref.speedups.kv_cache
+
+    monkeypatch.delitem(sys.modules, "racer_ref.models", raising=False)  # imported by an earlier test
+    with pytest.warns(DeprecationWarning, match="racer_ref.models moved to racer_ref.harness.models"):
+        old = importlib.import_module("racer_ref.models")
+    assert old is racer_ref.harness.models
+    for name, new in racer_ref.MOVED_MODULES.items():
+        assert importlib.import_module(name) is importlib.import_module(new), name
+    assert racer_ref.kv_cache is racer_ref.speedups.kv_cache

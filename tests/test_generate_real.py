@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import TextIteratorStreamer
 
-from racer_ref.generate import generate
-from racer_ref.models import load_default_model
+from racer_ref.decoding import generate
+from racer_ref.harness.models import load_default_model
 
 NEW = 24
 PASSAGE = ("The old lighthouse keeper climbed the spiral stairs every evening, lit the great lamp, "

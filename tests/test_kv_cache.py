@@ -1,4 +1,4 @@
-"""``racer_ref.kv_cache``: KV cache layers that write in place, bit-identical to DynamicLayer."""
+"""``racer_ref.speedups.kv_cache``: KV cache layers that write in place, bit-identical to DynamicLayer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from models import greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
-from racer_ref.generate import _make_cache, generate
-from racer_ref.kv_cache import MIN_SLOTS, GrowingLayer, growing_cache
+from racer_ref.decoding import _make_cache, generate
+from racer_ref.speedups.kv_cache import MIN_SLOTS, GrowingLayer, growing_cache
 from racer_ref.verify import forward_prompt, forward_tree, keep_accepted
 
 PROMPT = [3, 9, 27, 81, 5, 15, 45, 7]

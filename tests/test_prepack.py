@@ -1,4 +1,4 @@
-"""MKL prepacked weights (racer_ref.prepack): same outputs, right calls routed, clean errors."""
+"""MKL prepacked weights (racer_ref.speedups.prepack): same outputs, right calls routed, clean errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from models import greedy_reference, single_thread, tiny_model  # noqa: F401
-from racer_ref.generate import generate
-from racer_ref.prepack import (DEFAULT_MAX_ROWS, DEFAULT_MIN_ROWS, maybe_prepack, prepack_linear_weights,
+from racer_ref.decoding import generate
+from racer_ref.speedups.prepack import (DEFAULT_MAX_ROWS, DEFAULT_MIN_ROWS, maybe_prepack, prepack_linear_weights,
                                prepack_support, prepacked_layer_count)
 
 HAS_MKL = bool(torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear"))
@@ -171,7 +171,7 @@ def test_cli_prepack_on_where_impossible_exits_with_a_message(tmp_path):
 
     folder = tmp_path / "half"
     tiny_model("llama", dtype=torch.float16).save_pretrained(folder)
-    from racer_ref.models import load_default_tokenizer
+    from racer_ref.harness.models import load_default_tokenizer
 
     load_default_tokenizer().save_pretrained(folder)
     with pytest.raises(SystemExit, match="--prepack on: model: cannot prepack: .*float32"):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from models import make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
-from racer_ref.generate import generate
+from racer_ref.decoding import generate
 from racer_ref.sampling import check_sampling_arguments, target_probs
 from racer_ref.verify import accept_sampling, children_of
 
@@ -186,7 +186,7 @@ def test_generate_sampling_matches_exact_marginals_of_the_target(rule, monkeypat
     target's exact marginals, computed by enumerating every context. With the acceptance
     rule swapped for the official first release's, the same test fails."""
     if rule != "lossless":
-        monkeypatch.setattr("racer_ref.generate.accept_sampling", broken_independent_paths)
+        monkeypatch.setattr("racer_ref.decoding.accept_sampling", broken_independent_paths)
     vocab, temperature, top_p, prompt = 12, 0.8, 0.95, [1, 2, 3, 4, 5]
     model = tiny_model("llama", vocab_size=vocab, scale=2.0)
     with torch.no_grad():

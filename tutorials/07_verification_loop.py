@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from racer_ref import Drafter, generate
-from racer_ref.generate import clip_draft_tree
+from racer_ref.decoding import clip_draft_tree
 from racer_ref.verify import accept_greedy, forward_prompt, forward_tree, keep_accepted
 
 torch.set_num_threads(2)

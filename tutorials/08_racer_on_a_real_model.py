@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import racer_ref
-from racer_ref.models import load_default_model
+from racer_ref.harness.models import load_default_model
 
 torch.set_num_threads(2)
 
@@ -134,10 +134,10 @@ assert same
 # --8<-- [start:why]
 # Why can a bigger tree be slower on a CPU? Each step is one forward pass over the whole
 # tree. On a GPU a 64-token pass costs about as much as a 1-token pass; on a CPU it does
-# not. racer_ref.capacity.profile_forward times one verify pass per tree size after a
+# not. racer_ref.speedups.capacity.profile_forward times one verify pass per tree size after a
 # 256-token cache, sizes interleaved in rounds so that load from other processes hits all
 # alike (it is what `--capacity auto` measures before choosing a capacity).
-from racer_ref.capacity import profile_forward  # noqa: E402
+from racer_ref.speedups.capacity import profile_forward  # noqa: E402
 
 print("\n── 5. Cost of one verify pass of n tree tokens (relative to n = 1)")
 cost = profile_forward(model, sizes=(1, 4, 16, 64), repeats=5)

@@ -254,14 +254,14 @@ def output_section(path_str: str, section: int) -> str:
 def bench_results() -> str:
     """Markdown for every committed benchmark run ``docs/data/bench/<set>/`` (``results.jsonl``
     and ``meta.json`` as ``racer-ref bench --out`` writes them): the run's settings and
-    hardware, then the tables of ``racer_ref.bench.summary_tables``, the same code that
+    hardware, then the tables of ``racer_ref.harness.bench.summary_tables``, the same code that
     writes ``summary.md``."""
     import json
     import sys
 
     if str(ROOT / "python") not in sys.path:
         sys.path.insert(0, str(ROOT / "python"))
-    from racer_ref.bench import read_results, summary_tables
+    from racer_ref.harness.summary import read_results, summary_tables
 
     runs = sorted(p.parent for p in BENCH_DATA.glob("*/results.jsonl"))
     if not runs:

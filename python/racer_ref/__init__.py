@@ -7,11 +7,22 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
   its pure-Python twin is ``racer_ref.reference.Automaton``.
 * ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree).
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
+
+The package, by folder (imports run one way: cli -> harness -> decoding -> drafter -> core):
+
+* ``decoding.py`` (the loop), ``verify.py``, ``sampling.py``, ``drafter.py``: decoding;
+* ``reference/``: the pure-Python teaching twin of the Rust core;
+* ``speedups/``: optional speed-ups that plug into the loop (it works without them);
+* ``harness/``: models, datasets, baselines, benchmarks and traces for the command line.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 from typing import Any
 
 __version__ = "0.1.0"
@@ -20,12 +31,26 @@ __version__ = "0.1.0"
 _LAZY = {
     "Automaton": "racer_ref._core",
     "Drafter": "racer_ref.drafter",
-    "DraftTree": "racer_ref.reference.draft_tree",
-    "generate": "racer_ref.generate",
-    "GenerationResult": "racer_ref.generate",
+    "DraftTree": "racer_ref.tree",
+    "generate": "racer_ref.decoding",
+    "GenerationResult": "racer_ref.decoding",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
+
+#: Modules that moved (CHANGELOG.md, 0.2.0): the old path still imports the module at its
+#: new place (the same module object), with a DeprecationWarning.
+MOVED_MODULES = {
+    "racer_ref.models": "racer_ref.harness.models",
+    "racer_ref.datasets": "racer_ref.harness.datasets",
+    "racer_ref.baselines": "racer_ref.harness.baselines",
+    "racer_ref.bench": "racer_ref.harness.bench",
+    "racer_ref.trace": "racer_ref.harness.trace",
+    "racer_ref.kv_cache": "racer_ref.speedups.kv_cache",
+    "racer_ref.attention": "racer_ref.speedups.attention",
+    "racer_ref.prepack": "racer_ref.speedups.prepack",
+    "racer_ref.capacity": "racer_ref.speedups.capacity",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -38,3 +63,25 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module path of :data:`MOVED_MODULES` as the module at its new path."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        new = MOVED_MODULES[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; import it from there (see CHANGELOG.md)",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module(new)  # its own __spec__ and __name__ are kept
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing to run: the module at the new path is already imported."""
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

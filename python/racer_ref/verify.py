@@ -43,7 +43,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from racer_ref.reference.draft_tree import DraftTree
+from racer_ref.tree import DraftTree
 
 
 @functools.lru_cache(maxsize=None)

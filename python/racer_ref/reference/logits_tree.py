@@ -44,6 +44,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional, Sequence
 
+from racer_ref.tree import SOURCE_LOGITS
+
 
 def child_breadth(b: int, j: int, parent_is_root: bool) -> int:
     """Breadth of child ``j`` (0-based rank) of a node with breadth ``b`` (paper Eq. 3).
@@ -65,9 +67,6 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
         table: a ``CopyLogitTable``; node ``v`` is expanded from ``table.row(v)``.
         root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
     """
-    # We import here, not at the top, because draft_tree imports this module.
-    from racer_ref.reference.draft_tree import SOURCE_LOGITS
-
     # The breadth-first queue holds (node, breadth). The root starts with breadth k.
     queue = deque([(0, table.k)])
     while queue:

@@ -15,16 +15,14 @@ generation config (repetition penalty, ...) are not applied. Batch size 1 only.
 from __future__ import annotations
 
 import math
-import sys
 import time
-import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from racer_ref.reference.draft_tree import SOURCE_ROOT, DraftTree
+from racer_ref.tree import SOURCE_ROOT, DraftTree
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
                               keep_accepted)
@@ -173,12 +171,12 @@ def _make_cache(model: Any, cache: Any) -> Any:
     """An empty ``DynamicCache`` of full-attention layers, or a clear ``ValueError``.
 
     Without a cache from the caller we make one whose layers write in place
-    (:class:`racer_ref.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
+    (:class:`racer_ref.speedups.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
     """
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    from racer_ref.kv_cache import GrowingLayer, growing_cache
+    from racer_ref.speedups.kv_cache import GrowingLayer, growing_cache
 
     # The model's own layout tells sliding-window and other layers apart. A cache given
     # as DynamicCache() has no layers until the first forward pass (they are then all
@@ -489,14 +487,3 @@ def generate(
     timings["total"] = time.perf_counter() - started
     return result
 
-
-class _CallableModule(types.ModuleType):
-    """``racer_ref.generate`` names both this module and its function. Importing the module
-    (``from racer_ref.generate import ...``) makes Python bind the package attribute to the
-    module, so we make the module callable: ``racer_ref.generate(model, ...)`` always works."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> GenerationResult:
-        return generate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -53,8 +53,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racer_ref.reference.draft_tree import SOURCE_BOTH, SOURCE_RETRIEVAL, DraftTree
-from racer_ref.trace import DrafterWrapper, TraceStep, subtree
+from racer_ref.hooks import DrafterWrapper, TraceStep
+from racer_ref.tree import SOURCE_BOTH, SOURCE_RETRIEVAL, DraftTree
 
 #: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -100,7 +100,7 @@ def truncate_tree(tree: DraftTree, capacity: int, order: Optional[np.ndarray] = 
     if capacity >= len(tree):
         return tree
     order = priority_order(tree) if order is None else order
-    return subtree(tree, order[:capacity])
+    return tree.subtree(order[:capacity])
 
 
 def tokens_if_truncated(tree: DraftTree, accepted: Sequence[int],
@@ -177,8 +177,8 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     """
     import torch
 
-    from racer_ref.kv_cache import growing_cache
-    from racer_ref.prepack import prepacked_layer_count
+    from racer_ref.speedups.kv_cache import growing_cache
+    from racer_ref.speedups.prepack import prepacked_layer_count
     from racer_ref.verify import forward_prompt
 
     sizes = sorted({int(s) for s in sizes})

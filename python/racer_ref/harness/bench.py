@@ -43,11 +43,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 import numpy as np
 
-from racer_ref.baselines import HF_METHODS, hf_generate
-from racer_ref.datasets import Prompt, encode_prompt
+from racer_ref.harness.baselines import HF_METHODS, hf_generate
+from racer_ref.harness.datasets import Prompt, encode_prompt
+from racer_ref.harness.plots import write_plots
+from racer_ref.harness.summary import METHODS, read_results, summary_tables
 
-#: Every method ``racer-ref bench`` runs, in the order tables list them.
-METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
 #: How long drafter state lives in a benchmark (racer-spec.md, "State lifetime").
 DRAFTER_STATES = ("per-request", "shared")
 
@@ -130,7 +130,7 @@ class MethodRunner:
         model, tokenizer: the target model and its tokenizer.
         max_new_tokens: new tokens per prompt (>= 1).
         capacity: tree capacity for :data:`TREE_METHODS`, or ``"auto"``
-            (:mod:`racer_ref.capacity`; one controller per method, shared across prompts so
+            (:mod:`racer_ref.speedups.capacity`; one controller per method, shared across prompts so
             that acceptance seen earlier informs later choices).
         temperature: 0 = greedy.
         eos_token_id: stop token(s) (default: the model's generation config).
@@ -173,7 +173,7 @@ class MethodRunner:
         """The ``auto`` capacity controller of ``method`` (profiles the model on first use;
         the profile is shared, the acceptance estimates are per method)."""
         if method not in self.controllers:
-            from racer_ref.capacity import auto_controller
+            from racer_ref.speedups.capacity import auto_controller
 
             self.controllers[method] = auto_controller(self.model, max_capacity=self.max_auto_capacity)
         return self.controllers[method]
@@ -199,7 +199,7 @@ class MethodRunner:
             if self.drafter_state == "shared":
                 self.drafters[key] = inner
         if ctrl is not None:
-            from racer_ref.capacity import AdaptiveDrafter
+            from racer_ref.speedups.capacity import AdaptiveDrafter
 
             return AdaptiveDrafter(inner, ctrl)
         return inner
@@ -232,7 +232,7 @@ class MethodRunner:
             self._sync()
             return RunOutput(result, time.perf_counter() - tic, None)
 
-        from racer_ref.generate import generate
+        from racer_ref.decoding import generate
 
         capacity: Union[int, str, None] = None
         if method in TREE_METHODS:
@@ -314,7 +314,7 @@ def run_bench(
 
     Args:
         model, tokenizer: the target model (batch size 1) and its tokenizer.
-        prompts: from :mod:`racer_ref.datasets`.
+        prompts: from :mod:`racer_ref.harness.datasets`.
         methods: names from :data:`METHODS`; ``ar`` should be among them for ``matches_ar``
             and the speedup over ``ar``.
         out_dir: created if missing; ``results.jsonl`` is overwritten.
@@ -428,7 +428,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
-    from racer_ref.prepack import prepacked_layer_count
+    from racer_ref.speedups.prepack import prepacked_layer_count
 
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     cpu = platform.processor() or platform.machine()
@@ -462,117 +462,6 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- summary
-
-
-def read_results(out_dir: Union[str, Path]) -> List[Dict[str, Any]]:
-    """Rows of ``out_dir/results.jsonl``."""
-    with open(Path(out_dir) / "results.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-@dataclass
-class Aggregate:
-    """Totals of one method over a set of rows."""
-
-    prompts: int
-    new_tokens: int
-    steps: int
-    tokens_in_steps: int  # sum of a + 1 over steps
-    wall_s: float
-    matches: int
-    checked: int
-
-    @property
-    def mat(self) -> float:
-        return self.tokens_in_steps / self.steps if self.steps else math.nan
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s if self.wall_s > 0 else math.nan
-
-    @property
-    def s_per_token(self) -> float:
-        return self.wall_s / self.new_tokens if self.new_tokens else math.nan
-
-
-def aggregate(rows: Iterable[Dict[str, Any]]) -> Aggregate:
-    """Sum a set of rows (of one method)."""
-    rows = list(rows)
-    return Aggregate(
-        prompts=len(rows),
-        new_tokens=sum(r["new_tokens"] for r in rows),
-        steps=sum(r["steps"] for r in rows),
-        tokens_in_steps=sum(sum(r["accepted_lengths"]) + len(r["accepted_lengths"]) for r in rows),
-        wall_s=sum(r["wall_s"] for r in rows),
-        matches=sum(1 for r in rows if r.get("matches_ar") is True),
-        checked=sum(1 for r in rows if r.get("matches_ar") is not None),
-    )
-
-
-def speedup(rows: Sequence[Dict[str, Any]], method: str, baseline: str,
-            category: Optional[str] = None) -> float:
-    """Token-weighted speedup of ``method`` over ``baseline`` on the prompts both ran
-    (optionally one category): ``(W_b / N_b) / (W_m / N_m)``. NaN if either is missing."""
-    def pick(m: str) -> Dict[str, Dict[str, Any]]:
-        return {r["prompt_id"]: r for r in rows
-                if r["method"] == m and (category is None or r["category"] == category)}
-
-    a, b = pick(method), pick(baseline)
-    common = [p for p in a if p in b]
-    if not common:
-        return math.nan
-    ma, mb = aggregate(a[p] for p in common), aggregate(b[p] for p in common)
-    if not (ma.new_tokens and mb.new_tokens and ma.wall_s > 0):
-        return math.nan
-    return mb.s_per_token / ma.s_per_token
-
-
-def _fmt(x: float, digits: int = 2, suffix: str = "") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}{suffix}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[str]] = None) -> str:
-    """The Markdown tables of :func:`summarize` (overall, MAT per category, speedups per
-    category), without the header."""
-    present = list(dict.fromkeys(r["method"] for r in rows))
-    methods = [m for m in (methods or METHODS) if m in present] + [m for m in present if m not in (methods or METHODS)]
-    categories = list(dict.fromkeys(r["category"] for r in rows))
-    parts = []
-    overall = []
-    for m in methods:
-        agg = aggregate(r for r in rows if r["method"] == m)
-        overall.append([
-            f"`{m}`", str(agg.prompts), str(agg.new_tokens), str(agg.steps), _fmt(agg.mat),
-            _fmt(agg.tokens_per_s, 1), _fmt(speedup(rows, m, "ar"), 2, "x"),
-            _fmt(speedup(rows, m, "hf-greedy"), 2, "x"),
-            f"{agg.matches}/{agg.checked}" if agg.checked else "n/a",
-        ])
-    parts.append("### Overall\n\n" + _table(
-        ["method", "prompts", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
-         "speedup vs hf-greedy", "matches ar"], overall))
-    if categories:
-        mat_rows, sp_rows, sph_rows = [], [], []
-        for c in categories + ["**overall**"]:
-            sub = rows if c == "**overall**" else [r for r in rows if r["category"] == c]
-            cat = None if c == "**overall**" else c
-            mat_rows.append([c] + [_fmt(aggregate(r for r in sub if r["method"] == m).mat) for m in methods])
-            sp_rows.append([c] + [_fmt(speedup(rows, m, "ar", cat), 2, "x") for m in methods])
-            sph_rows.append([c] + [_fmt(speedup(rows, m, "hf-greedy", cat), 2, "x") for m in methods])
-        head = ["category"] + [f"`{m}`" for m in methods]
-        parts.append("### MAT per category\n\n" + _table(head, mat_rows))
-        if "ar" in methods:
-            parts.append("### Speedup over `ar` per category (token-weighted)\n\n" + _table(head, sp_rows))
-        if "hf-greedy" in methods:
-            parts.append("### Speedup over `hf-greedy` per category (token-weighted)\n\n"
-                         + _table(head, sph_rows))
-    return "\n\n".join(parts) + "\n"
 
 
 def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
@@ -614,91 +503,3 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         text += "\n### Plots\n\n" + "\n".join(f"![{n}]({n})" for n in names) + "\n"
     (out / "summary.md").write_text(text)
     return text
-
-
-def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
-                methods: Optional[Sequence[str]] = None) -> List[str]:
-    """``mat_per_category.png``, ``speedup.png``, ``accepted_lengths.png`` (matplotlib, Agg).
-
-    Returns:
-        the file names written.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    present = list(dict.fromkeys(r["method"] for r in rows))
-    methods = [m for m in (methods or METHODS) if m in present]
-    categories = list(dict.fromkeys(r["category"] for r in rows)) + ["overall"]
-    colors = plt.get_cmap("tab10")
-    written = []
-
-    # 1. MAT per category and method (grouped bars).
-    fig, ax = plt.subplots(figsize=(max(7, 0.3 * len(categories) * max(1, len(methods)) + 1.5), 4))
-    width = 0.8 / max(1, len(methods))
-    x = np.arange(len(categories))
-    for j, m in enumerate(methods):
-        vals = [aggregate(r for r in rows if r["method"] == m and (c == "overall" or r["category"] == c)).mat
-                for c in categories]
-        ax.bar(x + (j - (len(methods) - 1) / 2) * width, vals, width, label=m, color=colors(j % 10))
-    ax.set_xticks(x)
-    ax.set_xticklabels(categories, rotation=30, ha="right")
-    ax.set_ylabel("MAT (tokens per step)")
-    ax.axhline(1.0, color="#888888", lw=0.8)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Mean accepted tokens per step")
-    fig.tight_layout()
-    fig.savefig(out / "mat_per_category.png", dpi=120)
-    plt.close(fig)
-    written.append("mat_per_category.png")
-
-    # 2. Speedup per method over ar and over hf-greedy.
-    baselines = [b for b in ("ar", "hf-greedy") if b in methods]
-    if baselines:
-        fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(methods)), 3.6))
-        width = 0.8 / len(baselines)
-        x = np.arange(len(methods))
-        for j, b in enumerate(baselines):
-            vals = [speedup(rows, m, b) for m in methods]
-            bars = ax.bar(x + (j - (len(baselines) - 1) / 2) * width, vals, width, label=f"over {b}",
-                          color=["#4c72b0", "#dd8452"][j])
-            for rect, v in zip(bars, vals):
-                if not math.isnan(v):
-                    ax.text(rect.get_x() + rect.get_width() / 2, rect.get_height(), f"{v:.2f}",
-                            ha="center", va="bottom", fontsize=7)
-        ax.axhline(1.0, color="#888888", lw=0.8)
-        ax.set_xticks(x)
-        ax.set_xticklabels(methods, rotation=20, ha="right")
-        ax.set_ylabel("speedup (token-weighted)")
-        ax.legend(fontsize=8)
-        ax.set_title("Wall-clock speedup")
-        fig.tight_layout()
-        fig.savefig(out / "speedup.png", dpi=120)
-        plt.close(fig)
-        written.append("speedup.png")
-
-    # 3. Histogram of tokens per step (a + 1) per method.
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    longest = max([max(r["accepted_lengths"], default=0) for r in rows] + [0]) + 1
-    bins = np.arange(1, longest + 2)
-    shown = [m for m in methods if m not in ("ar", "hf-greedy")] or methods
-    width = 0.8 / max(1, len(shown))
-    for j, m in enumerate(shown):
-        lengths = [a + 1 for r in rows if r["method"] == m for a in r["accepted_lengths"]]
-        if not lengths:
-            continue
-        counts, _ = np.histogram(lengths, bins=bins)
-        ax.bar(bins[:-1] + (j - (len(shown) - 1) / 2) * width, counts / counts.sum(), width,
-               label=m, color=colors(methods.index(m) % 10))
-    ax.set_xlabel("tokens per step (a + 1)")
-    ax.set_xticks(bins[:-1])
-    ax.set_ylabel("fraction of steps")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Accepted lengths")
-    fig.tight_layout()
-    fig.savefig(out / "accepted_lengths.png", dpi=120)
-    plt.close(fig)
-    written.append("accepted_lengths.png")
-    return written

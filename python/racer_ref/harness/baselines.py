@@ -132,7 +132,7 @@ def hf_generate(
         model: a Hugging Face causal LM (batch size 1).
         tokenizer: its tokenizer (for ``text`` only).
         prompt: token ids (a sequence of int or a 1-D / (1, L) tensor); chat templates are the
-            caller's business (:func:`racer_ref.datasets.encode_prompt`).
+            caller's business (:func:`racer_ref.harness.datasets.encode_prompt`).
         max_new_tokens: >= 1.
         method: ``"hf-greedy"`` or ``"hf-pld"``.
         eos_token_id: stop token(s); default: the model's generation config.

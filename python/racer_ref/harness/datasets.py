@@ -65,8 +65,8 @@ def shared_dir() -> Path:
     """
     env = os.environ.get("RACER_REF_SHARED")
     candidates = [Path(env)] if env else []
-    # python/racer_ref/datasets.py -> repo root is three levels up; shared/ sits beside it.
-    repo_root = Path(__file__).resolve().parents[2]
+    # python/racer_ref/harness/datasets.py -> repo root is four levels up; shared/ sits beside it.
+    repo_root = Path(__file__).resolve().parents[3]
     candidates += [repo_root.parent / "shared", repo_root / "shared"]
     for path in candidates:
         if (path / "data").is_dir():

@@ -169,7 +169,7 @@ def load_model(
         path: a local Hugging Face model folder; ``None`` means the default model.
         device: a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
         dtype: ``"fp32"``, ``"fp16"``, ``"bf16"`` (or a ``torch.dtype``).
-        attn_implementation: ``"eager"``, ``"sdpa"``, ``"sdpa_gqa"`` (:mod:`racer_ref.attention`)
+        attn_implementation: ``"eager"``, ``"sdpa"``, ``"sdpa_gqa"`` (:mod:`racer_ref.speedups.attention`)
             or ``None`` (transformers' default).
 
     Returns:
@@ -191,7 +191,7 @@ def load_model(
     kwargs: dict = {"dtype": torch_dtype}
     if attn_implementation is not None:
         if attn_implementation == "sdpa_gqa":
-            from racer_ref.attention import register
+            from racer_ref.speedups.attention import register
 
             register()  # transformers must know the name before it builds the model
         kwargs["attn_implementation"] = attn_implementation
@@ -213,3 +213,19 @@ def load_default_model(
 ) -> Tuple[Any, Any]:
     """``(model, tokenizer)`` of SmolLM2-135M-Instruct; see :func:`load_model`."""
     return load_model(None, device=device, dtype=dtype, attn_implementation=attn_implementation)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else is passed through."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` -> ``fp16`` on CUDA, ``fp32`` elsewhere."""
+    if dtype != "auto":
+        return dtype
+    return "fp16" if device.startswith("cuda") else "fp32"

@@ -1,0 +1,131 @@
+"""The summary of a ``racer-ref bench`` run: totals, MAT and speedups per method and category.
+
+Reads the ``results.jsonl`` / ``meta.json`` that :func:`racer_ref.harness.bench.run_bench`
+writes into the tables of ``summary.md`` (:func:`racer_ref.harness.bench.summarize`,
+``racer-ref summarize``); :mod:`racer_ref.harness.plots` draws the plots from the same rows. Definitions: a **step** is one target forward pass after
+the prefill; **MAT** is the mean of ``a + 1`` over all steps of all prompts; the
+**speedup** of a method over a baseline is token-weighted, ``(sum wall_s / sum new_tokens)``
+of the baseline divided by the same for the method, over the prompts both ran.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+#: Every method ``racer-ref bench`` runs, in the order tables list them.
+METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
+
+
+def read_results(out_dir: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Rows of ``out_dir/results.jsonl``."""
+    with open(Path(out_dir) / "results.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Aggregate:
+    """Totals of one method over a set of rows."""
+
+    prompts: int
+    new_tokens: int
+    steps: int
+    tokens_in_steps: int  # sum of a + 1 over steps
+    wall_s: float
+    matches: int
+    checked: int
+
+    @property
+    def mat(self) -> float:
+        return self.tokens_in_steps / self.steps if self.steps else math.nan
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else math.nan
+
+    @property
+    def s_per_token(self) -> float:
+        return self.wall_s / self.new_tokens if self.new_tokens else math.nan
+
+
+def aggregate(rows: Iterable[Dict[str, Any]]) -> Aggregate:
+    """Sum a set of rows (of one method)."""
+    rows = list(rows)
+    return Aggregate(
+        prompts=len(rows),
+        new_tokens=sum(r["new_tokens"] for r in rows),
+        steps=sum(r["steps"] for r in rows),
+        tokens_in_steps=sum(sum(r["accepted_lengths"]) + len(r["accepted_lengths"]) for r in rows),
+        wall_s=sum(r["wall_s"] for r in rows),
+        matches=sum(1 for r in rows if r.get("matches_ar") is True),
+        checked=sum(1 for r in rows if r.get("matches_ar") is not None),
+    )
+
+
+def speedup(rows: Sequence[Dict[str, Any]], method: str, baseline: str,
+            category: Optional[str] = None) -> float:
+    """Token-weighted speedup of ``method`` over ``baseline`` on the prompts both ran
+    (optionally one category): ``(W_b / N_b) / (W_m / N_m)``. NaN if either is missing."""
+    def pick(m: str) -> Dict[str, Dict[str, Any]]:
+        return {r["prompt_id"]: r for r in rows
+                if r["method"] == m and (category is None or r["category"] == category)}
+
+    a, b = pick(method), pick(baseline)
+    common = [p for p in a if p in b]
+    if not common:
+        return math.nan
+    ma, mb = aggregate(a[p] for p in common), aggregate(b[p] for p in common)
+    if not (ma.new_tokens and mb.new_tokens and ma.wall_s > 0):
+        return math.nan
+    return mb.s_per_token / ma.s_per_token
+
+
+def _fmt(x: float, digits: int = 2, suffix: str = "") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}{suffix}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[str]] = None) -> str:
+    """The Markdown tables of :func:`summarize` (overall, MAT per category, speedups per
+    category), without the header."""
+    present = list(dict.fromkeys(r["method"] for r in rows))
+    methods = [m for m in (methods or METHODS) if m in present] + [m for m in present if m not in (methods or METHODS)]
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    parts = []
+    overall = []
+    for m in methods:
+        agg = aggregate(r for r in rows if r["method"] == m)
+        overall.append([
+            f"`{m}`", str(agg.prompts), str(agg.new_tokens), str(agg.steps), _fmt(agg.mat),
+            _fmt(agg.tokens_per_s, 1), _fmt(speedup(rows, m, "ar"), 2, "x"),
+            _fmt(speedup(rows, m, "hf-greedy"), 2, "x"),
+            f"{agg.matches}/{agg.checked}" if agg.checked else "n/a",
+        ])
+    parts.append("### Overall\n\n" + _table(
+        ["method", "prompts", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
+         "speedup vs hf-greedy", "matches ar"], overall))
+    if categories:
+        mat_rows, sp_rows, sph_rows = [], [], []
+        for c in categories + ["**overall**"]:
+            sub = rows if c == "**overall**" else [r for r in rows if r["category"] == c]
+            cat = None if c == "**overall**" else c
+            mat_rows.append([c] + [_fmt(aggregate(r for r in sub if r["method"] == m).mat) for m in methods])
+            sp_rows.append([c] + [_fmt(speedup(rows, m, "ar", cat), 2, "x") for m in methods])
+            sph_rows.append([c] + [_fmt(speedup(rows, m, "hf-greedy", cat), 2, "x") for m in methods])
+        head = ["category"] + [f"`{m}`" for m in methods]
+        parts.append("### MAT per category\n\n" + _table(head, mat_rows))
+        if "ar" in methods:
+            parts.append("### Speedup over `ar` per category (token-weighted)\n\n" + _table(head, sp_rows))
+        if "hf-greedy" in methods:
+            parts.append("### Speedup over `hf-greedy` per category (token-weighted)\n\n"
+                         + _table(head, sph_rows))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,22 @@
+"""Optional speed-ups: same outputs, less time. A student can skip this whole folder.
+
+The decoding loop (:mod:`racer_ref.decoding`) and the verification functions
+(:mod:`racer_ref.verify`) are complete without anything here; each module below makes one
+part of a step cheaper and says where it plugs in:
+
+* :mod:`racer_ref.speedups.kv_cache`: a KV-cache layer that writes new entries in place
+  instead of re-concatenating the whole cache per verify pass. Plugs in where
+  ``generate()`` makes its cache (no ``cache=`` given); outputs bit-identical.
+* :mod:`racer_ref.speedups.attention`: grouped-query tree attention without copying the
+  KV cache per query head (CPU). Plugs in as a transformers attention implementation
+  (``use_sdpa_gqa(model)``, ``racer-ref --attn``).
+* :mod:`racer_ref.speedups.prepack`: linear weights packed once for MKL, so that verify
+  passes of a few tokens skip the per-call packing (CPU fp32). Plugs in on the model
+  (``prepack_linear_weights(model)``, ``racer-ref --prepack``).
+* :mod:`racer_ref.speedups.capacity`: ``--capacity auto``, a drafter wrapper that picks the
+  draft-tree capacity giving the most tokens per second. Plugs in as the ``drafter=``
+  argument of ``generate()`` (it wraps a ``racer_ref.Drafter``).
+
+Nothing in the loop imports this package except the KV-cache default; everything here may
+import the loop, never the other way round.
+"""

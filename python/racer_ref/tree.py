@@ -1,0 +1,217 @@
+"""``DraftTree``: the one thing the decoding loop knows about drafters.
+
+Every drafter (the Rust core, the Python twin in ``racer_ref.reference``, a wrapper that
+records or truncates trees) returns its draft tree as these flat arrays, breadth-first and
+root first; the loop (:mod:`racer_ref.decoding`, :mod:`racer_ref.verify`) reads nothing
+else. This module depends on numpy only, so both sides can import it.
+
+A 6-node tree and its arrays::
+
+    0 root                      tokens   [r, a, e, b, d, c]     (token ids)
+    |-- 1 a                     parents  [-1, 0, 0, 1, 1, 3]
+    |   |-- 3 b                 depths   [0, 1, 1, 2, 2, 3]     (position id = L + depth)
+    |   |   `-- 5 c             sources  [root, retrieval, logits, ...]
+    |   `-- 4 d                 attention_mask[i, j]: j is i or an ancestor of i
+    `-- 2 e
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+#: ``sources`` values. The root is neither drafted by retrieval nor by logits.
+SOURCE_ROOT = 0
+#: The node came from the retrieval tree (Aho-Corasick automaton, or the PLD chain).
+SOURCE_RETRIEVAL = 1
+#: The node came from the logits tree (copy-logit table).
+SOURCE_LOGITS = 2
+#: Both trees proposed this node (``SOURCE_RETRIEVAL | SOURCE_LOGITS``).
+SOURCE_BOTH = 3
+
+_SOURCE_NAMES = {SOURCE_ROOT: "root", SOURCE_RETRIEVAL: "retrieval",
+                 SOURCE_LOGITS: "logits", SOURCE_BOTH: "both"}
+
+
+@dataclass(slots=True)
+class DraftTree:
+    """A draft tree flattened breadth-first, root first (racer-spec.md step 4).
+
+    Read-only by convention: drafters build a new tree, nobody edits one in place (a plain
+    slotted dataclass: building one costs a few hundred nanoseconds, a frozen dataclass
+    several times more, which the drafting hot path would pay every step).
+
+    Attributes:
+        tokens: ``(n,)`` int64 token ids; ``tokens[0]`` is the root.
+        parents: ``(n,)`` int64 parent node index; ``parents[0] == -1`` and
+            ``parents[i] < i`` for every other node.
+        depths: ``(n,)`` int64 depth below the root (root 0). Position id of node i
+            is ``L + depths[i]`` with L the number of tokens in the KV cache.
+        attention_mask: ``(n, n)`` bool tree attention mask: ``[i, j]`` is True iff
+            j is i or an ancestor of i.
+        retrieve_indices: ``(num_leaves, max_depth + 1)`` int64, one row per
+            root-to-leaf path (node indices, root first), padded with -1.
+        sources: ``(n,)`` uint8: ``SOURCE_ROOT``, ``SOURCE_RETRIEVAL``,
+            ``SOURCE_LOGITS`` or ``SOURCE_BOTH``.
+    """
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    depths: np.ndarray
+    attention_mask: np.ndarray
+    retrieve_indices: np.ndarray
+    sources: np.ndarray
+
+    def __len__(self) -> int:
+        """Number of nodes ``n`` (root included)."""
+        return int(self.tokens.shape[0])
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> "DraftTree":
+        """Wrap six arrays given in field order (tokens, parents, depths, attention_mask,
+        retrieve_indices, sources), as the Rust core returns them. No checks (this is the
+        drafting hot path): call :meth:`validate` for those."""
+        return cls(*arrays)
+
+    def validate(self, vocab_size: Optional[int] = None) -> None:
+        """Check every structural invariant; raise ``ValueError`` naming the first broken one.
+
+        Checked: dtypes and shapes; root first with parent -1; ``parents[i] < i``;
+        depths consistent with parents and non-decreasing (breadth-first); no two
+        children of one node share a token (a trie); the attention mask row i is
+        exactly i and its ancestors; one ``retrieve_indices`` row per leaf, leaves in
+        node order, each a root-to-leaf path padded with -1; sources in range; and,
+        when ``vocab_size`` is given, every token in ``[0, vocab_size)``.
+        Not called on construction (the drafting hot path); tests and users call it.
+        """
+        def fail(msg: str) -> None:
+            raise ValueError(f"invalid DraftTree: {msg}")
+
+        n = len(self)
+        # dtypes and shapes first: the rest indexes with these arrays.
+        for name, want in (("tokens", np.int64), ("parents", np.int64),
+                           ("depths", np.int64), ("retrieve_indices", np.int64),
+                           ("attention_mask", np.bool_), ("sources", np.uint8)):
+            if getattr(self, name).dtype != want:
+                fail(f"{name} has dtype {getattr(self, name).dtype}, expected {np.dtype(want)}")
+        if n < 1:
+            fail("no root")
+        for name in ("tokens", "parents", "depths", "sources"):
+            if getattr(self, name).shape != (n,):
+                fail(f"{name} has shape {getattr(self, name).shape}, expected ({n},)")
+        if self.attention_mask.shape != (n, n):
+            fail(f"attention_mask has shape {self.attention_mask.shape}, expected ({n}, {n})")
+        parents, depths = self.parents, self.depths
+        # The root: parent -1, depth 0, source root.
+        if parents[0] != -1 or depths[0] != 0 or self.sources[0] != SOURCE_ROOT:
+            fail("node 0 must be the root (parent -1, depth 0, source root)")
+        idx = np.arange(n)
+        # Every other node's parent precedes it.
+        if ((parents[1:] < 0) | (parents[1:] >= idx[1:])).any():
+            fail("a parent does not precede its child")
+        # Depth = parent's depth + 1, and breadth-first order never goes back up.
+        if (depths[1:] != depths[parents[1:]] + 1).any():
+            fail("depths are not consistent with parents")
+        if (np.diff(depths) < 0).any():
+            fail("nodes are not in breadth-first order")
+        if ((self.sources[1:] < SOURCE_RETRIEVAL) | (self.sources[1:] > SOURCE_BOTH)).any():
+            fail("a non-root node has source outside {1, 2, 3}")
+        # A trie: (parent, token) pairs are unique.
+        pairs = set(zip(parents.tolist(), self.tokens.tolist()))
+        if len(pairs) != n:
+            fail("two children of one node carry the same token")
+        if vocab_size is not None and ((self.tokens < 0) | (self.tokens >= vocab_size)).any():
+            fail(f"a token is outside [0, {vocab_size})")
+        # Attention mask: row i = row parent(i) plus i itself.
+        expected = np.eye(n, dtype=bool)
+        for i in range(1, n):
+            expected[i] |= expected[parents[i]]
+        if not np.array_equal(self.attention_mask, expected):
+            fail("attention_mask row i is not exactly i and its ancestors")
+        # retrieve_indices: one row per leaf (in node order), root to leaf, -1 padded.
+        is_leaf = np.ones(n, dtype=bool)
+        is_leaf[parents[1:]] = False
+        leaves = np.flatnonzero(is_leaf)
+        width = int(depths.max()) + 1
+        if self.retrieve_indices.shape != (len(leaves), width):
+            fail(f"retrieve_indices has shape {self.retrieve_indices.shape}, "
+                 f"expected ({len(leaves)}, {width})")
+        for row, leaf in zip(self.retrieve_indices, leaves):
+            d = int(depths[leaf])
+            path = [int(leaf)]
+            while path[-1] != 0:
+                path.append(int(parents[path[-1]]))
+            if row[: d + 1].tolist() != path[::-1] or (row[d + 1:] != -1).any():
+                fail(f"retrieve_indices row for leaf {leaf} is not its root-to-leaf path")
+
+    def subtree(self, keep: Any) -> "DraftTree":
+        """The draft tree made of the nodes ``keep`` of this one (a prefix-closed set).
+
+        The kept nodes stay in breadth-first order; the attention mask is the kept block
+        of this one (a node's ancestors are all kept), parents are renumbered, and
+        ``retrieve_indices`` is rebuilt for the new leaves. The verification loop uses it
+        to clip a tree in depth (``racer_ref.decoding.clip_draft_tree``)::
+
+            keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
+                                        `-- 2 -- 4     ->      `-- 2 -- 4
+
+        Args:
+            keep: node indices (any order, duplicates allowed); must hold the root and,
+                with every node, its parent.
+
+        Raises:
+            ValueError: ``keep`` lacks the root or holds a node without its parent.
+        """
+        old = np.unique(np.asarray(keep, dtype=np.int64))  # (m,) kept nodes, BFS order
+        if len(old) == 0 or old[0] != 0:
+            raise ValueError("keep: must contain the root (node 0)")
+        if old[-1] >= len(self):
+            raise ValueError(f"keep: node {int(old[-1])} is not in a tree of {len(self)} nodes")
+        # new_index[old node] = its index in the subtree (-1: dropped).
+        new_index = np.full(len(self), -1, dtype=np.int64)
+        new_index[old] = np.arange(len(old))
+        # The root's parent -1 stays -1; every other parent is renumbered.
+        old_parents = self.parents[old]
+        parents = np.where(old_parents >= 0, new_index[np.maximum(old_parents, 0)], -1)
+        if (parents[1:] < 0).any():
+            raise ValueError("keep: every kept node needs its parent kept too")
+        # The new leaves (nodes without a kept child), each with its root-to-leaf path.
+        has_child = np.zeros(len(old), dtype=bool)
+        has_child[parents[1:]] = True
+        depths = self.depths[old]
+        leaves = np.flatnonzero(~has_child)
+        retrieve_indices = np.full((len(leaves), int(depths.max()) + 1), -1, dtype=np.int64)
+        for row, leaf in enumerate(leaves.tolist()):
+            node = leaf
+            # Walk up from the leaf, filling the row from its depth back to column 0.
+            for d in range(int(depths[leaf]), -1, -1):
+                retrieve_indices[row, d] = node
+                node = int(parents[node])
+        return DraftTree(
+            tokens=self.tokens[old],
+            parents=parents.astype(np.int64),
+            depths=depths,
+            attention_mask=self.attention_mask[np.ix_(old, old)],
+            retrieve_indices=retrieve_indices,
+            sources=self.sources[old],
+        )
+
+    def pretty(self) -> str:
+        """The tree as indented text, one node per line: ``index token [source]``."""
+        children: dict[int, list[int]] = {i: [] for i in range(len(self))}
+        for i in range(1, len(self)):
+            children[int(self.parents[i])].append(i)
+        lines: list[str] = []
+
+        def walk(i: int, prefix: str, tail: str) -> None:
+            source = _SOURCE_NAMES.get(int(self.sources[i]), "?")
+            lines.append(f"{tail}{i}: {int(self.tokens[i])} [{source}]")
+            kids = children[i]
+            for c, kid in enumerate(kids):
+                last = c == len(kids) - 1
+                walk(kid, prefix + ("    " if last else "|   "), prefix + ("`-- " if last else "|-- "))
+
+        walk(0, "", "")
+        return "\n".join(lines)
