@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from racer_ref import cli
-from racer_ref.models import (DEFAULT_MODEL_WHEEL, check_conversion, default_model_dir, load_default_model,
+from racer_ref.harness.models import (DEFAULT_MODEL_WHEEL, check_conversion, default_model_dir, load_default_model,
                               load_model)
 
 
