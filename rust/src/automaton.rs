@@ -1,5 +1,6 @@
 //! The Aho-Corasick n-gram automaton that RACER's retrieval tree comes from
-//! (racer-spec.md: "The automaton", step 2 "Retrieval tree", step 9 "Update the automaton").
+//! (step 2 of a decoding step, the retrieval tree, and step 9, updating the automaton; see
+//! the crate documentation for the steps).
 //!
 //! The pure-Python twin `racer_ref.reference.automaton` explains every idea here at length,
 //! with diagrams; this file comments the decisions. Both must give the same `dump()` and the
@@ -8,7 +9,7 @@
 //! # What the automaton holds
 //!
 //! * A **trie** over token ids. Node = state; the state's string is the path from the root.
-//!   `freq(s)` = how many times the string of `s` occurred in the committed tokens (spec step
+//!   `freq(s)` = how many times the string of `s` occurred in the committed tokens (step
 //!   9, "ours"), unless `s` was evicted meanwhile, in which case it counts from its re-creation.
 //!   Depth is bounded by `ngram`, so every operation is O(ngram) = O(1) per token.
 //! * The **open windows**: `windows[i]` is the state of the last `i` committed tokens, for
@@ -58,8 +59,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{Error, Result};
 use crate::lru::RecencyList;
+use crate::{check_capacity, TokenId, MAX_TOKEN_ID};
 
-/// A trie state (node), named by its slot in the arena.
+/// A trie state (node), named by its slot in the arena (the name is BurntSushi's
+/// aho-corasick's). Only the automaton makes them; [`Automaton::matching_state`] and
+/// [`Automaton::borders`] hand them out, and [`Automaton::path`], [`Automaton::depth`],
+/// [`Automaton::freq`] and [`Automaton::fail`] read them.
 pub type StateID = u32;
 /// The root state (the empty string). It is never evicted and not counted by `len()`.
 pub const ROOT: StateID = 0;
@@ -67,10 +72,9 @@ pub const ROOT: StateID = 0;
 const NONE: StateID = u32::MAX;
 /// Largest accepted `ngram` (depth bound of the trie).
 pub const MAX_NGRAM: i64 = 256;
-/// Largest accepted `max_nodes` and `capacity` (2**31 - 1).
+/// Largest accepted `max_nodes` (2**31 - 1: slot numbers stay below `NONE` with room to
+/// spare). The capacity of a retrieval tree is bounded by [`crate::MAX_CAPACITY`] instead.
 pub const MAX_NODES_LIMIT: i64 = (1 << 31) - 1;
-/// Largest token id (ids must fit in 32 bits).
-pub const MAX_TOKEN: i64 = u32::MAX as i64;
 /// Number of failure-link epochs; a token `t` uses epoch `t % EPOCH_SLOTS`.
 pub const EPOCH_SLOTS: usize = 1024;
 /// A cache stamp that no epoch ever reaches.
@@ -187,10 +191,20 @@ pub struct Stats {
 
 /// Root-to-leaf token paths stored flat: path `k` is `tokens[starts[k]..starts[k + 1]]`.
 /// `retrieve_into` refills one of these, so a warm decoding loop allocates nothing.
+///
+/// ```
+/// use racer_ref::automaton::Paths;
+/// let p = Paths { tokens: vec![4, 5, 6, 4, 7], starts: vec![0, 3, 5] };
+/// assert_eq!(p.len(), 2);
+/// assert_eq!(p.get(1), &[4, 7]);
+/// assert_eq!(p.iter().collect::<Vec<_>>(), vec![&[4, 5, 6][..], &[4, 7][..]]);
+/// assert_eq!(p.to_vecs(), vec![vec![4, 5, 6], vec![4, 7]]);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Paths {
-    pub tokens: Vec<u32>,
-    /// Start of each path in `tokens`, then `tokens.len()`.
+    /// The tokens of every path, one path after the other, each starting with the root.
+    pub tokens: Vec<TokenId>,
+    /// Start of each path in `tokens`, then `tokens.len()` (empty when there is no path).
     pub starts: Vec<usize>,
 }
 
@@ -200,18 +214,24 @@ impl Paths {
         self.starts.len().saturating_sub(1)
     }
 
+    /// Whether there is no path at all (a retrieval always returns at least `[root]`).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Path `k` (root first).
-    pub fn get(&self, k: usize) -> &[u32] {
+    /// Path `k` (root first). Panics if `k >= len()`, like slice indexing.
+    pub fn get(&self, k: usize) -> &[TokenId] {
         &self.tokens[self.starts[k]..self.starts[k + 1]]
     }
 
+    /// The paths in order, as slices.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[TokenId]> + '_ {
+        (0..self.len()).map(move |k| self.get(k))
+    }
+
     /// The paths as owned vectors.
-    pub fn to_vecs(&self) -> Vec<Vec<u32>> {
-        (0..self.len()).map(|k| self.get(k).to_vec()).collect()
+    pub fn to_vecs(&self) -> Vec<Vec<TokenId>> {
+        self.iter().map(<[TokenId]>::to_vec).collect()
     }
 }
 
@@ -318,7 +338,7 @@ impl Automaton {
     /// * `max_nodes`: most trie nodes kept (root excluded), in `[ngram, 2**31 - 1]`
     ///   (paper: 10,000);
     /// * `ngram`: the window length n, in `[2, 256]` (paper: 10);
-    /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (spec: 2).
+    /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (2 by default).
     ///
     /// Errors: `Error::Value` naming the first argument out of range.
     pub fn new(max_nodes: i64, ngram: i64, min_border_depth: i64) -> Result<Self> {
@@ -391,14 +411,18 @@ impl Automaton {
         self.len == 0
     }
 
+    /// The node budget: most trie nodes kept, root excluded.
     pub fn max_nodes(&self) -> usize {
         self.max_nodes
     }
 
+    /// The window length n: the trie's depth bound.
     pub fn ngram(&self) -> usize {
         self.ngram
     }
 
+    /// The least depth of a border (2 in the paper: a border holds at least one context
+    /// token before the root).
     pub fn min_border_depth(&self) -> usize {
         self.min_border_depth
     }
@@ -453,37 +477,38 @@ impl Automaton {
         self.children.get(&child_key(s, token)).copied()
     }
 
-    /// Check one token id given as a (possibly negative) integer; `index` names the element
-    /// of a sequence in the message. Errors: `Error::Value` naming `arg`.
-    pub fn check_token(arg: &'static str, index: Option<usize>, value: i64) -> Result<u32> {
-        if (0..=MAX_TOKEN).contains(&value) {
-            Ok(value as u32)
-        } else {
+    /// Check one token id given as any integer (`i64`, `u64`, `i32`, ...); `index` names
+    /// the element of a sequence in the message. Generic so that a numpy array of any
+    /// integer dtype is checked in its own type, with the value it holds in the message.
+    ///
+    /// Errors: `Error::Value` naming `arg` for a value outside `[0, MAX_TOKEN_ID]`.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// assert_eq!(Automaton::check_token("root", None, 7i64), Ok(7));
+    /// let e = Automaton::check_token("tokens", Some(2), -1i64).unwrap_err();
+    /// assert_eq!(e.to_string(), "tokens: element 2 must be in [0, 4294967295], got -1");
+    /// assert!(Automaton::check_token("tokens", None, u64::MAX).is_err());
+    /// ```
+    pub fn check_token<T>(arg: &'static str, index: Option<usize>, value: T) -> Result<TokenId>
+    where
+        T: TryInto<TokenId> + Copy + std::fmt::Display,
+    {
+        // MAX_TOKEN_ID is u32::MAX, so "fits in a u32" is exactly the allowed range.
+        value.try_into().map_err(|_| {
             let what = index.map_or_else(String::new, |i| format!("element {i} "));
-            Err(Error::value(
+            Error::value(
                 arg,
-                format!("{what}must be in [0, {MAX_TOKEN}], got {value}"),
-            ))
-        }
-    }
-
-    /// Check a retrieval capacity. Errors: `Error::Value` naming `capacity`.
-    pub fn check_capacity(capacity: i64) -> Result<usize> {
-        if (1..=MAX_NODES_LIMIT).contains(&capacity) {
-            Ok(capacity as usize)
-        } else {
-            Err(Error::value(
-                "capacity",
-                format!("must be in [1, {MAX_NODES_LIMIT}], got {capacity}"),
-            ))
-        }
+                format!("{what}must be in [0, {MAX_TOKEN_ID}], got {value}"),
+            )
+        })
     }
 
     // -----------------------------------------------------------------------------------
     // Step 9: commit tokens.
     // -----------------------------------------------------------------------------------
 
-    /// Commit `tokens` one by one (spec step 9, "ours"): each open window of length
+    /// Commit `tokens` one by one (step 9, **ours**): each open window of length
     /// `< ngram` is extended by one node (`freq += 1`), and the matching state advances.
     pub fn extend(&mut self, tokens: &[u32]) {
         for &t in tokens {
@@ -744,7 +769,7 @@ impl Automaton {
         }
     }
 
-    /// The retrieval tree for `root` (spec step 2) as root-to-leaf token paths, each starting
+    /// The retrieval tree for `root` (step 2) as root-to-leaf token paths, each starting
     /// with `root`.
     ///
     /// The subtrees below all borders are merged by continuation (a continuation under
@@ -754,16 +779,35 @@ impl Automaton {
     /// set is prefix-closed. `capacity` counts the root: at most `capacity` distinct nodes.
     /// Paths come in depth-first order, children in selection order (best path first).
     ///
-    /// Errors: `Error::Value` if `capacity` is not in `[1, 2**31 - 1]`.
+    /// Errors: `Error::Value` if `capacity` is not in `[1, MAX_CAPACITY]` (4096).
     pub fn retrieve(&mut self, root: u32, capacity: usize) -> Result<Vec<Vec<u32>>> {
         let mut out = Paths::default();
         self.retrieve_into(root, capacity, &mut out)?;
         Ok(out.to_vecs())
     }
 
-    /// [`Automaton::retrieve`] into a reusable buffer (`out` is cleared first).
-    pub fn retrieve_into(&mut self, root: u32, capacity: usize, out: &mut Paths) -> Result<()> {
-        Self::check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+    /// [`Automaton::retrieve`] into a reusable buffer (`out` is cleared first), so that a
+    /// warm decoding loop allocates nothing.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, Paths};
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[1, 2, 3, 1]);
+    /// let mut paths = Paths::default();
+    /// a.retrieve_into(2, 8, &mut paths)?;
+    /// assert_eq!(paths.get(0), &[2, 3, 1]);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
+    pub fn retrieve_into(&mut self, root: TokenId, capacity: usize, out: &mut Paths) -> Result<()> {
+        check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+        self.retrieve_trusted(root, capacity, out);
+        Ok(())
+    }
+
+    /// [`Automaton::retrieve_into`] for a capacity the caller has already checked (a
+    /// [`crate::drafter::Drafter`] checks its capacity once, when it is built).
+    pub(crate) fn retrieve_trusted(&mut self, root: TokenId, capacity: usize, out: &mut Paths) {
+        debug_assert!(check_capacity(capacity as i64).is_ok());
         self.stats.retrieves += 1;
         let mut sc = std::mem::take(&mut self.scratch);
         sc.heap.clear();
@@ -812,7 +856,6 @@ impl Automaton {
         }
         Self::write_paths(&mut sc, out);
         self.scratch = sc;
-        Ok(())
     }
 
     /// Offer the children of kept node `rank` (the trie nodes `pool[start..start+len]`,
@@ -1130,12 +1173,12 @@ mod tests {
             Automaton::check_token("root", None, -1),
             Err(Error::Value { arg: "root", .. })
         ));
-        assert!(Automaton::check_token("tokens", Some(2), 1 << 32)
+        assert!(Automaton::check_token("tokens", Some(2), 1i64 << 32)
             .unwrap_err()
             .to_string()
             .contains("element 2"));
         assert_eq!(
-            Automaton::check_token("root", None, (1 << 32) - 1),
+            Automaton::check_token("root", None, (1i64 << 32) - 1),
             Ok(u32::MAX)
         );
     }

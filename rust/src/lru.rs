@@ -1,5 +1,5 @@
 //! An O(1) recency list over arena slots: the "least recently used" half of the automaton's
-//! LRU eviction (spec: "The automaton", LRU eviction).
+//! LRU eviction (the automaton's node budget, step 9 of a decoding step).
 //!
 //! The automaton keeps its trie nodes in a `Vec` and names them by slot (`u32`). This list
 //! threads those slots on an intrusive doubly linked list, most recent at the head, least
