@@ -341,6 +341,14 @@ impl Automaton {
     /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (2 by default).
     ///
     /// Errors: `Error::Value` naming the first argument out of range.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let a = Automaton::new(10_000, 10, 2)?; // the paper's settings
+    /// assert_eq!((a.max_nodes(), a.ngram(), a.min_border_depth(), a.len()), (10_000, 10, 2, 0));
+    /// assert!(Automaton::new(5, 10, 2).is_err()); // max_nodes < ngram: one window would not fit
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn new(max_nodes: i64, ngram: i64, min_border_depth: i64) -> Result<Self> {
         if !(2..=MAX_NGRAM).contains(&ngram) {
             return Err(Error::value(
@@ -386,6 +394,15 @@ impl Automaton {
     }
 
     /// Forget everything (trie, windows, matching state, counters); keeps allocated memory.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 3]);
+    /// a.reset();
+    /// assert!(a.is_empty() && a.stats().committed_tokens == 0);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn reset(&mut self) {
         self.nodes.clear();
         self.nodes.push(Node::root());
@@ -428,11 +445,33 @@ impl Automaton {
     }
 
     /// Counters since construction or the last `reset()`.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(4, 2, 2)?;
+    /// a.extend(&[1, 2, 3, 4]); // 7 strings of length <= 2, room for 4: evictions
+    /// let st = a.stats();
+    /// assert_eq!(st.committed_tokens, 4);
+    /// assert_eq!(st.inserts - st.evictions, a.len() as u64);
+    /// assert!(st.evictions > 0 && a.len() == 4);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         self.stats
     }
 
     /// The matching state: the longest suffix of the committed tokens that is a trie path.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// assert_eq!(a.matching_state(), ROOT);
+    /// a.extend(&[5, 6, 7, 8]);
+    /// // The longest suffix that is a trie path, at most ngram = 3 tokens:
+    /// let s = a.matching_state();
+    /// assert_eq!((a.path(s), a.depth(s), a.freq(s)), (vec![6, 7, 8], 3, 1));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn matching_state(&self) -> StateID {
         self.matching
     }
@@ -465,6 +504,16 @@ impl Automaton {
     /// holds the children of nodes with two children or more; an only child is found
     /// through `first_child`. (Inserting and evicting keep this so.)
     #[inline]
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 1, 3]);
+    /// let one = a.child(ROOT, 1).unwrap();
+    /// assert_eq!(a.freq(one), 2);
+    /// assert!(a.child(one, 2).is_some() && a.child(one, 3).is_some() && a.child(one, 4).is_none());
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn child(&self, s: StateID, token: u32) -> Option<StateID> {
         let first = self.nodes[s as usize].first_child;
         if first == NONE {
@@ -510,6 +559,17 @@ impl Automaton {
 
     /// Commit `tokens` one by one (step 9, **ours**): each open window of length
     /// `< ngram` is extended by one node (`freq += 1`), and the matching state advances.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 1, 2]);
+    /// // Every substring of length <= 3 is in the trie at once, counted: "1 2" twice.
+    /// let s = a.child(a.child(ROOT, 1).unwrap(), 2).unwrap();
+    /// assert_eq!(a.freq(s), 2);
+    /// assert_eq!(a.len(), 6); // 1, 2, 1 2, 2 1, 1 2 1, 2 1 2
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn extend(&mut self, tokens: &[u32]) {
         for &t in tokens {
             self.extend_one(t);
@@ -518,6 +578,9 @@ impl Automaton {
 
     fn extend_one(&mut self, token: u32) {
         self.stats.committed_tokens += 1;
+        // The windows of the next step are built in a second buffer (swapped in at the
+        // end), so that window i + 1 of the next step never overwrites window i + 1 of
+        // this one before it is read. Window 0, the empty string, is always open.
         self.next_windows.fill(CLOSED);
         self.next_windows[0] = ROOT_WINDOW;
         // Longest window first: a creation for window i makes a string of length i + 1, so
@@ -530,10 +593,12 @@ impl Automaton {
             }
             let parent = w.state;
             let child = match self.child(parent, token) {
+                // The string was seen before: one more occurrence (freq counts them).
                 Some(c) => {
                     self.nodes[c as usize].freq += 1;
                     c
                 }
+                // A new string: a new node, after making room if the budget is spent.
                 None => {
                     if self.len == self.max_nodes {
                         // The victim must not be on the path we are extending. The tail is
@@ -586,7 +651,11 @@ impl Automaton {
 
     fn insert(&mut self, parent: StateID, token: u32) -> StateID {
         let depth = self.nodes[parent as usize].depth + 1;
+        // The new node goes to the front of the parent's sibling list (O(1); sibling
+        // order never matters: lookups use the child map, and the dump sorts by token).
         let sibling = self.nodes[parent as usize].first_child;
+        // Reuse a slot freed by an eviction before growing the arena, so the arena never
+        // holds more than max_nodes + 1 slots.
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -594,6 +663,8 @@ impl Automaton {
                 (self.nodes.len() - 1) as StateID
             }
         };
+        // The slot keeps its generation: windows made before the eviction that freed it
+        // must still see it as closed (the eviction bumped it).
         let generation = self.nodes[slot as usize].generation;
         self.nodes[slot as usize] = Node {
             token,
@@ -674,6 +745,16 @@ impl Automaton {
     /// `s`'s last token are present, so the cache carries the epoch of that token, bumped
     /// whenever a node ending in it (or in a token with the same `% EPOCH_SLOTS`) is created
     /// or evicted. Equal to an eager AC build over the current trie at all times.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 3, 2, 3]);
+    /// let s = a.matching_state(); // "3 2 3"
+    /// let f = a.fail(s);
+    /// assert_eq!(a.path(f), vec![2, 3]); // its longest proper suffix in the trie
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn fail(&mut self, s: StateID) -> StateID {
         debug_assert!(s != ROOT);
         let node = self.nodes[s as usize];
@@ -688,6 +769,10 @@ impl Automaton {
         } else {
             // depth >= 2, so the parent is not the root. Recursion depth <= ngram.
             let mut t = self.fail(node.parent);
+            // The textbook recurrence: the longest proper suffix of the parent's string
+            // that can be extended by our token gives ours; shorter ones are tried in
+            // turn, down to the root (where the empty suffix extends to depth 1 or not
+            // at all).
             loop {
                 if let Some(c) = self.child(t, node.token) {
                     break c;
@@ -715,6 +800,17 @@ impl Automaton {
     /// This is the Aho-Corasick definition, walked through the (lazy) failure links, as the
     /// twin does. `retrieve` gets the same states faster from the open windows (see
     /// `collect_borders`).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[7, 1, 2, 9, 1]);
+    /// // Suffixes of the context followed by root 2, of depth >= 2: "9 1 2" does not occur,
+    /// // "1 2" does.
+    /// let b: Vec<Vec<u32>> = a.borders(2).into_iter().map(|s| a.path(s)).collect();
+    /// assert_eq!(b, vec![vec![1, 2]]);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn borders(&mut self, root: u32) -> Vec<StateID> {
         let mut out = Vec::new();
         self.borders_by_failure_links(root, &mut out);
@@ -780,6 +876,17 @@ impl Automaton {
     /// Paths come in depth-first order, children in selection order (best path first).
     ///
     /// Errors: `Error::Value` if `capacity` is not in `[1, MAX_CAPACITY]` (4096).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[1, 2, 3, 4, 1, 2, 5, 1]);
+    /// // Root 2 after "... 1": border "1 2", continued by 3 4 (once) and 5 1 (once).
+    /// assert_eq!(a.retrieve(2, 64)?, vec![vec![2, 3, 4], vec![2, 5, 1]]); // depth <= ngram
+    /// assert_eq!(a.retrieve(2, 2)?, vec![vec![2, 3]]); // capacity counts the root
+    /// assert_eq!(a.retrieve(8, 64)?, vec![vec![8]]);   // no border: the root alone
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn retrieve(&mut self, root: u32, capacity: usize) -> Result<Vec<Vec<u32>>> {
         let mut out = Paths::default();
         self.retrieve_into(root, capacity, &mut out)?;
@@ -809,11 +916,16 @@ impl Automaton {
     pub(crate) fn retrieve_trusted(&mut self, root: TokenId, capacity: usize, out: &mut Paths) {
         debug_assert!(check_capacity(capacity as i64).is_ok());
         self.stats.retrieves += 1;
+        // The scratch space is taken out of `self` for the call, so that `expand` can read
+        // the trie (`&self`) while it writes the scratch; it goes back at the end, with
+        // its allocations, for the next step.
         let mut sc = std::mem::take(&mut self.scratch);
         sc.heap.clear();
         sc.siblings.clear();
         sc.pool.clear();
         sc.kept.clear();
+        // The borders are the trie nodes the root of the retrieval tree stands for: all
+        // of them together are kept node 0, so their children are merged by token below.
         self.collect_borders(root, &mut sc.pool);
         sc.kept.push(Kept {
             token: root,
@@ -822,11 +934,17 @@ impl Automaton {
             last_child: NONE,
             next_sibling: NONE,
         });
+        // capacity 1 is the root alone; no border at all leaves the heap empty and gives
+        // `[[root]]` as well.
         if capacity > 1 {
             let n_borders = sc.pool.len();
             self.expand(&mut sc, 0, 0, n_borders, capacity - 1);
         }
+        // Best-first search: pop the best candidate, keep it, offer its children. A child
+        // is never better than its parent (frequencies do not grow along a path), so the
+        // kept set is prefix-closed and equals "the capacity - 1 best nodes".
         while sc.kept.len() < capacity {
+            // An empty heap: every reachable continuation is kept already.
             let Some(c) = sc.heap.pop() else { break };
             // Its next-best sibling takes its place among the candidates.
             if c.next != NONE {
@@ -849,6 +967,7 @@ impl Automaton {
                 sc.kept[last].next_sibling = rank;
             }
             sc.kept[p].last_child = rank;
+            // Offer the children only if one of them could still be kept.
             if sc.kept.len() < capacity {
                 let room = capacity - sc.kept.len();
                 self.expand(&mut sc, rank, c.start as usize, c.len as usize, room);
@@ -975,7 +1094,20 @@ impl Automaton {
     /// the matching state, the open windows, then one line per state in depth-first order
     /// (children by token id) with its frequency, failure link and LRU rank (0 = most
     /// recent). Fills the failure-link cache as a side effect (through [`Automaton::fail`]).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(10, 2, 2)?;
+    /// a.extend(&[4, 5]);
+    /// let text = a.dump();
+    /// assert!(text.starts_with("Automaton(max_nodes=10, ngram=2, min_border_depth=2)\n"));
+    /// assert!(text.contains("state [4 5] freq=1 fail=[5] lru=2\n"));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn dump(&mut self) -> String {
+        // Slot numbers differ between the backends (and between runs with evictions), so
+        // the dump names every state by its token string and orders states by token ids:
+        // two automata with the same content give the same text.
         let mut order = Vec::with_capacity(self.len + 1);
         let mut stack = vec![ROOT];
         let mut kids = Vec::new();
@@ -987,9 +1119,12 @@ impl Automaton {
                 kids.push((self.nodes[c as usize].token, c));
                 c = self.nodes[c as usize].next_sibling;
             }
+            // Pushed in decreasing token order, so the smallest token is popped first.
             kids.sort_unstable_by(|a, b| b.cmp(a));
             stack.extend(kids.iter().map(|&(_, c)| c));
         }
+        // LRU rank of every live slot: 0 = most recently used. Free slots keep u32::MAX
+        // and never appear (they are not reachable from the root).
         let mut rank = vec![u32::MAX; self.nodes.len()];
         for (r, s) in self.recency.iter().enumerate() {
             rank[s as usize] = r as u32;

@@ -295,6 +295,15 @@ impl Drafter {
     /// after a verify pass every tree node (the paper's default, rejected ones included)
     /// or only the accepted ones. Validated for every method, stored only by the methods
     /// with a table. Errors (nothing changes): shape, or an id outside `[0, vocab_size)`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Logits, 100))?;
+    /// d.observe(&[3], &[4, 5, 6, 7, 8, 9, 10, 11, 12], [1, 9])?; // a top-9, k = 8 kept
+    /// assert_eq!(d.table().unwrap().row(3), &[4, 5, 6, 7, 8, 9, 10, 11]);
+    /// assert!(d.observe(&[3], &[4, 5], [1, 2]).is_err()); // narrower than k
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn observe(
         &mut self,
         token_ids: &[i64],
@@ -316,6 +325,16 @@ impl Drafter {
 
     /// Commit tokens that became output (step 9): the automaton is extended and the
     /// PLD history grows. Errors (nothing changes): an id outside `[0, vocab_size)`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
+    /// d.commit(&[1, 2, 3])?;
+    /// assert_eq!((d.num_committed(), d.automaton().unwrap().len()), (3, 6));
+    /// assert!(d.commit(&[100]).is_err()); // outside [0, vocab_size): nothing committed
+    /// assert_eq!(d.num_committed(), 3);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn commit(&mut self, token_ids: &[i64]) -> Result<()> {
         check_token_ids("token_ids", token_ids, self.vocab_size)?;
         if let Some(a) = &mut self.automaton {
@@ -336,6 +355,19 @@ impl Drafter {
     /// required by `logits-last`, validated but unused by the other methods.
     /// Errors: root or an id outside `[0, vocab_size)`, `last_topk` too short or missing
     /// for `logits-last`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut config = DrafterConfig::new(Method::LogitsLast, 100);
+    /// config.breadth = 2;
+    /// let mut d = Drafter::new(config)?;
+    /// d.observe(&[7], &[8, 9], [1, 2])?;
+    /// // The root's children come from last_topk (7, 6), then row 7 of the table (8, 9).
+    /// let tree = d.draft(5, Some(&[7, 6, 1]))?;
+    /// assert_eq!(tree.tokens, vec![5, 7, 6, 8, 9]);
+    /// assert!(d.draft(5, None).is_err()); // logits-last needs last_topk
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
@@ -411,6 +443,15 @@ impl Drafter {
     }
 
     /// Forget everything: automaton, copy-logit table, history.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
+    /// d.commit(&[1, 2, 3])?;
+    /// d.reset();
+    /// assert_eq!((d.num_committed(), d.automaton().unwrap().len()), (0, 0));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn reset(&mut self) {
         if let Some(a) = &mut self.automaton {
             a.reset();
