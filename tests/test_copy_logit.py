@@ -118,7 +118,7 @@ def test_columns_past_k_are_ignored(make_table):
 
 @pytest.mark.parametrize(
     "vocab_size, k, word",
-    [(0, 1, "vocab_size"), (-3, 1, "vocab_size"), (5, 0, "breadth"), (5, 6, "breadth"),
+    [(0, 1, "vocab_size"), (-3, 1, "vocab_size"), (5, 0, "^k: must be in"), (5, 6, "^k: must be in"),
      (1 << 28, 2, "vocab_size")],
 )
 def test_constructor_rejects(make_table, vocab_size, k, word):
@@ -144,7 +144,7 @@ def test_backends_agree_on_random_streams():
 
 @pytest.mark.parametrize("vocab_size, k, exc, text", [
     (True, 1, TypeError, "vocab_size: must be an int, got bool"),
-    (10, True, TypeError, "breadth: must be an int, got bool"),
+    (10, True, TypeError, "k: must be an int, got bool"),
     (10.0, 2, TypeError, "vocab_size: must be an int, got float"),
     (2**64, 1, ValueError, "vocab_size: is out of range"),
 ])

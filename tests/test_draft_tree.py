@@ -145,14 +145,14 @@ BAD_BUILD = [
     (0, 4, [[]], None, None, ValueError, "empty path"),
     (0, 4, [[0, 10]], {}, None, ValueError, "retrieval_paths"),
     (0, 4, [[0, -2]], None, None, ValueError, "retrieval_paths"),
-    (0, 4, [], {}, [1], ValueError, "last_topk"),
-    (0, 4, [], {}, [1, 10], ValueError, "last_topk"),
+    (0, 4, [], {}, [1], ValueError, "root_topk"),
+    (0, 4, [], {}, [1, 10], ValueError, "root_topk"),
     # regressions: bool is not an int, 2-D top-k ids are not flattened, tables are typed
     (True, 4, [], None, None, TypeError, "root: must be an int, got bool"),
     (0, True, [], None, None, TypeError, "capacity: must be an int, got bool"),
     (0, 4, [[0, True]], None, None, TypeError, "retrieval_paths: must be an int, got bool"),
     (0, 2**64, [], None, None, ValueError, "capacity: is out of range"),
-    (0, 4, [], {}, [[1, 2]], ValueError, "last_topk: expected a 1-D array"),
+    (0, 4, [], {}, [[1, 2]], ValueError, "root_topk: expected a 1-D array"),
 ]
 
 

@@ -442,9 +442,12 @@ def rust_reference_page() -> str:
             cargo doc --no-deps --open
             ```
 
-        The crate is `racer_ref_core` (`Cargo.toml` at the repository root,
-        `[lib] path = "rust/src/lib.rs"`). Without the `python` feature it has no
-        dependencies and knows nothing of Python or torch; `cargo test` runs its unit tests.
+        The crate is `racer-ref`, library `racer_ref` (`Cargo.toml` at the repository
+        root, `[lib] path = "rust/src/lib.rs"`). Without the `python` feature it has no
+        dependencies and knows nothing of Python or torch; `cargo test` runs its unit tests
+        and the examples in the doc comments below, and
+        `cargo run --example drafting_loop` runs a whole decoding loop in Rust alone. How
+        to depend on it: [Using the crate from Rust](../explanation/rust-and-python.md#using-the-crate-from-rust).
 
         """
     )

@@ -1,13 +1,19 @@
 """Type stubs for the Rust extension ``racer_ref._core`` (hand-written; the tests check them
-against the binary). Each class mirrors a pure-Python twin in ``racer_ref.reference``."""
+against the binary). Each class mirrors a pure-Python twin in ``racer_ref.reference``.
+
+Threads: every object takes an internal lock for the Rust part of each call (arguments are
+converted before). Under the GIL, calls on one object from several threads are therefore
+serialised, each call whole; a call that finds the object busy anyway (a free-threaded
+interpreter, or Python code running inside a call, such as a garbage-collector callback)
+raises ``RuntimeError`` saying the object is in use, at once."""
 
 from typing import Dict, Iterable, List, Optional, SupportsIndex
 
 __version__: str
 
 class Automaton:
-    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (racer-spec.md, "The
-    automaton", steps 2 and 9). Twin: ``racer_ref.reference.Automaton``.
+    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (steps 2 and 9 of a
+    decoding step). Twin: ``racer_ref.reference.Automaton``.
 
     Args:
         max_nodes: most trie nodes kept, root excluded; int in ``[ngram, 2**31 - 1]``.
@@ -38,7 +44,8 @@ class Automaton:
         ``ValueError`` nothing is committed."""
     def retrieve(self, root: int, capacity: int) -> List[List[int]]:
         """Root-to-leaf token paths of the retrieval tree, each starting with ``root``;
-        at most ``capacity`` distinct nodes, root included. ``[[root]]`` without borders."""
+        at most ``capacity`` distinct nodes, root included (an int in ``[1, 4096]``,
+        ``MAX_CAPACITY``). ``[[root]]`` without borders."""
     def borders(self, root: int) -> List[List[int]]:
         """The borders' token strings for ``root``, longest first."""
     def reset(self) -> None:
@@ -65,7 +72,7 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
-#: Largest accepted draft-tree capacity.
+#: Largest accepted capacity of a draft tree and of a retrieval tree (4096).
 MAX_CAPACITY: int
 
 #: tokens (n,) int64, parents (n,) int64, depths (n,) int64, attention_mask (n, n) bool,
@@ -73,12 +80,13 @@ MAX_CAPACITY: int
 DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 class CopyLogitTable:
-    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (racer-spec.md
-    step 8). Twin: ``racer_ref.reference.CopyLogitTable``.
+    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (step 8 of a
+    decoding step); ``k`` is the breadth. Twin: ``racer_ref.reference.CopyLogitTable``.
 
     Raises:
+        TypeError: an argument is not an int.
         ValueError: ``vocab_size < 1``, ``k`` outside ``[1, vocab_size]`` or
-            ``vocab_size * k > 2**28``.
+            ``vocab_size * k > 2**28``; the message names the argument (``k:``).
     """
 
     def __init__(self, vocab_size: int, k: int) -> None: ...
@@ -105,8 +113,16 @@ def build_draft_tree(
     root_topk: Optional[Any] = None,
 ) -> DraftTreeArrays:
     """Retrieval paths first, then the logits tree from ``table`` fills the capacity;
-    flattened breadth-first (racer-spec.md steps 2-4). Twin:
-    ``racer_ref.reference.build_draft_tree`` (which returns a ``DraftTree``)."""
+    flattened breadth-first (steps 2-4 of a decoding step). ``root_topk`` (last-logit
+    mode, read only with a table): at least ``table.k`` ids replacing the root's row.
+    Twin: ``racer_ref.reference.build_draft_tree`` (which returns a ``DraftTree``).
+
+    Raises:
+        TypeError: a non-integer root, capacity or token.
+        ValueError: capacity outside ``[1, MAX_CAPACITY]``; a token outside
+            ``[0, table.vocab_size)`` (``[0, 2**32)`` without a table); a path that is
+            empty or does not start with the root; ``root_topk`` shorter than ``table.k``.
+    """
 
 class Drafter:
     """One drafter per method: ``racer``, ``retrieval``, ``logits``, ``logits-last``,

@@ -1,5 +1,6 @@
 //! The Aho-Corasick n-gram automaton that RACER's retrieval tree comes from
-//! (racer-spec.md: "The automaton", step 2 "Retrieval tree", step 9 "Update the automaton").
+//! (step 2 of a decoding step, the retrieval tree, and step 9, updating the automaton; see
+//! the crate documentation for the steps).
 //!
 //! The pure-Python twin `racer_ref.reference.automaton` explains every idea here at length,
 //! with diagrams; this file comments the decisions. Both must give the same `dump()` and the
@@ -8,7 +9,7 @@
 //! # What the automaton holds
 //!
 //! * A **trie** over token ids. Node = state; the state's string is the path from the root.
-//!   `freq(s)` = how many times the string of `s` occurred in the committed tokens (spec step
+//!   `freq(s)` = how many times the string of `s` occurred in the committed tokens (step
 //!   9, "ours"), unless `s` was evicted meanwhile, in which case it counts from its re-creation.
 //!   Depth is bounded by `ngram`, so every operation is O(ngram) = O(1) per token.
 //! * The **open windows**: `windows[i]` is the state of the last `i` committed tokens, for
@@ -58,8 +59,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{Error, Result};
 use crate::lru::RecencyList;
+use crate::{check_capacity, TokenId, MAX_TOKEN_ID};
 
-/// A trie state (node), named by its slot in the arena.
+/// A trie state (node), named by its slot in the arena (the name is BurntSushi's
+/// aho-corasick's). Only the automaton makes them; [`Automaton::matching_state`] and
+/// [`Automaton::borders`] hand them out, and [`Automaton::path`], [`Automaton::depth`],
+/// [`Automaton::freq`] and [`Automaton::fail`] read them.
 pub type StateID = u32;
 /// The root state (the empty string). It is never evicted and not counted by `len()`.
 pub const ROOT: StateID = 0;
@@ -67,10 +72,9 @@ pub const ROOT: StateID = 0;
 const NONE: StateID = u32::MAX;
 /// Largest accepted `ngram` (depth bound of the trie).
 pub const MAX_NGRAM: i64 = 256;
-/// Largest accepted `max_nodes` and `capacity` (2**31 - 1).
+/// Largest accepted `max_nodes` (2**31 - 1: slot numbers stay below `NONE` with room to
+/// spare). The capacity of a retrieval tree is bounded by [`crate::MAX_CAPACITY`] instead.
 pub const MAX_NODES_LIMIT: i64 = (1 << 31) - 1;
-/// Largest token id (ids must fit in 32 bits).
-pub const MAX_TOKEN: i64 = u32::MAX as i64;
 /// Number of failure-link epochs; a token `t` uses epoch `t % EPOCH_SLOTS`.
 pub const EPOCH_SLOTS: usize = 1024;
 /// A cache stamp that no epoch ever reaches.
@@ -187,10 +191,20 @@ pub struct Stats {
 
 /// Root-to-leaf token paths stored flat: path `k` is `tokens[starts[k]..starts[k + 1]]`.
 /// `retrieve_into` refills one of these, so a warm decoding loop allocates nothing.
+///
+/// ```
+/// use racer_ref::automaton::Paths;
+/// let p = Paths { tokens: vec![4, 5, 6, 4, 7], starts: vec![0, 3, 5] };
+/// assert_eq!(p.len(), 2);
+/// assert_eq!(p.get(1), &[4, 7]);
+/// assert_eq!(p.iter().collect::<Vec<_>>(), vec![&[4, 5, 6][..], &[4, 7][..]]);
+/// assert_eq!(p.to_vecs(), vec![vec![4, 5, 6], vec![4, 7]]);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Paths {
-    pub tokens: Vec<u32>,
-    /// Start of each path in `tokens`, then `tokens.len()`.
+    /// The tokens of every path, one path after the other, each starting with the root.
+    pub tokens: Vec<TokenId>,
+    /// Start of each path in `tokens`, then `tokens.len()` (empty when there is no path).
     pub starts: Vec<usize>,
 }
 
@@ -200,18 +214,24 @@ impl Paths {
         self.starts.len().saturating_sub(1)
     }
 
+    /// Whether there is no path at all (a retrieval always returns at least `[root]`).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Path `k` (root first).
-    pub fn get(&self, k: usize) -> &[u32] {
+    /// Path `k` (root first). Panics if `k >= len()`, like slice indexing.
+    pub fn get(&self, k: usize) -> &[TokenId] {
         &self.tokens[self.starts[k]..self.starts[k + 1]]
     }
 
+    /// The paths in order, as slices.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[TokenId]> + '_ {
+        (0..self.len()).map(move |k| self.get(k))
+    }
+
     /// The paths as owned vectors.
-    pub fn to_vecs(&self) -> Vec<Vec<u32>> {
-        (0..self.len()).map(|k| self.get(k).to_vec()).collect()
+    pub fn to_vecs(&self) -> Vec<Vec<TokenId>> {
+        self.iter().map(<[TokenId]>::to_vec).collect()
     }
 }
 
@@ -318,9 +338,17 @@ impl Automaton {
     /// * `max_nodes`: most trie nodes kept (root excluded), in `[ngram, 2**31 - 1]`
     ///   (paper: 10,000);
     /// * `ngram`: the window length n, in `[2, 256]` (paper: 10);
-    /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (spec: 2).
+    /// * `min_border_depth`: the least depth of a border, in `[1, ngram]` (2 by default).
     ///
     /// Errors: `Error::Value` naming the first argument out of range.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let a = Automaton::new(10_000, 10, 2)?; // the paper's settings
+    /// assert_eq!((a.max_nodes(), a.ngram(), a.min_border_depth(), a.len()), (10_000, 10, 2, 0));
+    /// assert!(Automaton::new(5, 10, 2).is_err()); // max_nodes < ngram: one window would not fit
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn new(max_nodes: i64, ngram: i64, min_border_depth: i64) -> Result<Self> {
         if !(2..=MAX_NGRAM).contains(&ngram) {
             return Err(Error::value(
@@ -366,6 +394,15 @@ impl Automaton {
     }
 
     /// Forget everything (trie, windows, matching state, counters); keeps allocated memory.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 3]);
+    /// a.reset();
+    /// assert!(a.is_empty() && a.stats().committed_tokens == 0);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn reset(&mut self) {
         self.nodes.clear();
         self.nodes.push(Node::root());
@@ -391,24 +428,50 @@ impl Automaton {
         self.len == 0
     }
 
+    /// The node budget: most trie nodes kept, root excluded.
     pub fn max_nodes(&self) -> usize {
         self.max_nodes
     }
 
+    /// The window length n: the trie's depth bound.
     pub fn ngram(&self) -> usize {
         self.ngram
     }
 
+    /// The least depth of a border (2 in the paper: a border holds at least one context
+    /// token before the root).
     pub fn min_border_depth(&self) -> usize {
         self.min_border_depth
     }
 
     /// Counters since construction or the last `reset()`.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(4, 2, 2)?;
+    /// a.extend(&[1, 2, 3, 4]); // 7 strings of length <= 2, room for 4: evictions
+    /// let st = a.stats();
+    /// assert_eq!(st.committed_tokens, 4);
+    /// assert_eq!(st.inserts - st.evictions, a.len() as u64);
+    /// assert!(st.evictions > 0 && a.len() == 4);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         self.stats
     }
 
     /// The matching state: the longest suffix of the committed tokens that is a trie path.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// assert_eq!(a.matching_state(), ROOT);
+    /// a.extend(&[5, 6, 7, 8]);
+    /// // The longest suffix that is a trie path, at most ngram = 3 tokens:
+    /// let s = a.matching_state();
+    /// assert_eq!((a.path(s), a.depth(s), a.freq(s)), (vec![6, 7, 8], 3, 1));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn matching_state(&self) -> StateID {
         self.matching
     }
@@ -441,6 +504,16 @@ impl Automaton {
     /// holds the children of nodes with two children or more; an only child is found
     /// through `first_child`. (Inserting and evicting keep this so.)
     #[inline]
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 1, 3]);
+    /// let one = a.child(ROOT, 1).unwrap();
+    /// assert_eq!(a.freq(one), 2);
+    /// assert!(a.child(one, 2).is_some() && a.child(one, 3).is_some() && a.child(one, 4).is_none());
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn child(&self, s: StateID, token: u32) -> Option<StateID> {
         let first = self.nodes[s as usize].first_child;
         if first == NONE {
@@ -453,38 +526,50 @@ impl Automaton {
         self.children.get(&child_key(s, token)).copied()
     }
 
-    /// Check one token id given as a (possibly negative) integer; `index` names the element
-    /// of a sequence in the message. Errors: `Error::Value` naming `arg`.
-    pub fn check_token(arg: &'static str, index: Option<usize>, value: i64) -> Result<u32> {
-        if (0..=MAX_TOKEN).contains(&value) {
-            Ok(value as u32)
-        } else {
+    /// Check one token id given as any integer (`i64`, `u64`, `i32`, ...); `index` names
+    /// the element of a sequence in the message. Generic so that a numpy array of any
+    /// integer dtype is checked in its own type, with the value it holds in the message.
+    ///
+    /// Errors: `Error::Value` naming `arg` for a value outside `[0, MAX_TOKEN_ID]`.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// assert_eq!(Automaton::check_token("root", None, 7i64), Ok(7));
+    /// let e = Automaton::check_token("tokens", Some(2), -1i64).unwrap_err();
+    /// assert_eq!(e.to_string(), "tokens: element 2 must be in [0, 4294967295], got -1");
+    /// assert!(Automaton::check_token("tokens", None, u64::MAX).is_err());
+    /// ```
+    pub fn check_token<T>(arg: &'static str, index: Option<usize>, value: T) -> Result<TokenId>
+    where
+        T: TryInto<TokenId> + Copy + std::fmt::Display,
+    {
+        // MAX_TOKEN_ID is u32::MAX, so "fits in a u32" is exactly the allowed range.
+        value.try_into().map_err(|_| {
             let what = index.map_or_else(String::new, |i| format!("element {i} "));
-            Err(Error::value(
+            Error::value(
                 arg,
-                format!("{what}must be in [0, {MAX_TOKEN}], got {value}"),
-            ))
-        }
-    }
-
-    /// Check a retrieval capacity. Errors: `Error::Value` naming `capacity`.
-    pub fn check_capacity(capacity: i64) -> Result<usize> {
-        if (1..=MAX_NODES_LIMIT).contains(&capacity) {
-            Ok(capacity as usize)
-        } else {
-            Err(Error::value(
-                "capacity",
-                format!("must be in [1, {MAX_NODES_LIMIT}], got {capacity}"),
-            ))
-        }
+                format!("{what}must be in [0, {MAX_TOKEN_ID}], got {value}"),
+            )
+        })
     }
 
     // -----------------------------------------------------------------------------------
     // Step 9: commit tokens.
     // -----------------------------------------------------------------------------------
 
-    /// Commit `tokens` one by one (spec step 9, "ours"): each open window of length
+    /// Commit `tokens` one by one (step 9, **ours**): each open window of length
     /// `< ngram` is extended by one node (`freq += 1`), and the matching state advances.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, ROOT};
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 1, 2]);
+    /// // Every substring of length <= 3 is in the trie at once, counted: "1 2" twice.
+    /// let s = a.child(a.child(ROOT, 1).unwrap(), 2).unwrap();
+    /// assert_eq!(a.freq(s), 2);
+    /// assert_eq!(a.len(), 6); // 1, 2, 1 2, 2 1, 1 2 1, 2 1 2
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn extend(&mut self, tokens: &[u32]) {
         for &t in tokens {
             self.extend_one(t);
@@ -493,6 +578,9 @@ impl Automaton {
 
     fn extend_one(&mut self, token: u32) {
         self.stats.committed_tokens += 1;
+        // The windows of the next step are built in a second buffer (swapped in at the
+        // end), so that window i + 1 of the next step never overwrites window i + 1 of
+        // this one before it is read. Window 0, the empty string, is always open.
         self.next_windows.fill(CLOSED);
         self.next_windows[0] = ROOT_WINDOW;
         // Longest window first: a creation for window i makes a string of length i + 1, so
@@ -505,10 +593,12 @@ impl Automaton {
             }
             let parent = w.state;
             let child = match self.child(parent, token) {
+                // The string was seen before: one more occurrence (freq counts them).
                 Some(c) => {
                     self.nodes[c as usize].freq += 1;
                     c
                 }
+                // A new string: a new node, after making room if the budget is spent.
                 None => {
                     if self.len == self.max_nodes {
                         // The victim must not be on the path we are extending. The tail is
@@ -561,7 +651,11 @@ impl Automaton {
 
     fn insert(&mut self, parent: StateID, token: u32) -> StateID {
         let depth = self.nodes[parent as usize].depth + 1;
+        // The new node goes to the front of the parent's sibling list (O(1); sibling
+        // order never matters: lookups use the child map, and the dump sorts by token).
         let sibling = self.nodes[parent as usize].first_child;
+        // Reuse a slot freed by an eviction before growing the arena, so the arena never
+        // holds more than max_nodes + 1 slots.
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -569,6 +663,8 @@ impl Automaton {
                 (self.nodes.len() - 1) as StateID
             }
         };
+        // The slot keeps its generation: windows made before the eviction that freed it
+        // must still see it as closed (the eviction bumped it).
         let generation = self.nodes[slot as usize].generation;
         self.nodes[slot as usize] = Node {
             token,
@@ -649,6 +745,16 @@ impl Automaton {
     /// `s`'s last token are present, so the cache carries the epoch of that token, bumped
     /// whenever a node ending in it (or in a token with the same `% EPOCH_SLOTS`) is created
     /// or evicted. Equal to an eager AC build over the current trie at all times.
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 3, 2)?;
+    /// a.extend(&[1, 2, 3, 2, 3]);
+    /// let s = a.matching_state(); // "3 2 3"
+    /// let f = a.fail(s);
+    /// assert_eq!(a.path(f), vec![2, 3]); // its longest proper suffix in the trie
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn fail(&mut self, s: StateID) -> StateID {
         debug_assert!(s != ROOT);
         let node = self.nodes[s as usize];
@@ -663,6 +769,10 @@ impl Automaton {
         } else {
             // depth >= 2, so the parent is not the root. Recursion depth <= ngram.
             let mut t = self.fail(node.parent);
+            // The textbook recurrence: the longest proper suffix of the parent's string
+            // that can be extended by our token gives ours; shorter ones are tried in
+            // turn, down to the root (where the empty suffix extends to depth 1 or not
+            // at all).
             loop {
                 if let Some(c) = self.child(t, node.token) {
                     break c;
@@ -690,6 +800,17 @@ impl Automaton {
     /// This is the Aho-Corasick definition, walked through the (lazy) failure links, as the
     /// twin does. `retrieve` gets the same states faster from the open windows (see
     /// `collect_borders`).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[7, 1, 2, 9, 1]);
+    /// // Suffixes of the context followed by root 2, of depth >= 2: "9 1 2" does not occur,
+    /// // "1 2" does.
+    /// let b: Vec<Vec<u32>> = a.borders(2).into_iter().map(|s| a.path(s)).collect();
+    /// assert_eq!(b, vec![vec![1, 2]]);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn borders(&mut self, root: u32) -> Vec<StateID> {
         let mut out = Vec::new();
         self.borders_by_failure_links(root, &mut out);
@@ -744,7 +865,7 @@ impl Automaton {
         }
     }
 
-    /// The retrieval tree for `root` (spec step 2) as root-to-leaf token paths, each starting
+    /// The retrieval tree for `root` (step 2) as root-to-leaf token paths, each starting
     /// with `root`.
     ///
     /// The subtrees below all borders are merged by continuation (a continuation under
@@ -754,22 +875,57 @@ impl Automaton {
     /// set is prefix-closed. `capacity` counts the root: at most `capacity` distinct nodes.
     /// Paths come in depth-first order, children in selection order (best path first).
     ///
-    /// Errors: `Error::Value` if `capacity` is not in `[1, 2**31 - 1]`.
+    /// Errors: `Error::Value` if `capacity` is not in `[1, MAX_CAPACITY]` (4096).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[1, 2, 3, 4, 1, 2, 5, 1]);
+    /// // Root 2 after "... 1": border "1 2", continued by 3 4 (once) and 5 1 (once).
+    /// assert_eq!(a.retrieve(2, 64)?, vec![vec![2, 3, 4], vec![2, 5, 1]]); // depth <= ngram
+    /// assert_eq!(a.retrieve(2, 2)?, vec![vec![2, 3]]); // capacity counts the root
+    /// assert_eq!(a.retrieve(8, 64)?, vec![vec![8]]);   // no border: the root alone
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn retrieve(&mut self, root: u32, capacity: usize) -> Result<Vec<Vec<u32>>> {
         let mut out = Paths::default();
         self.retrieve_into(root, capacity, &mut out)?;
         Ok(out.to_vecs())
     }
 
-    /// [`Automaton::retrieve`] into a reusable buffer (`out` is cleared first).
-    pub fn retrieve_into(&mut self, root: u32, capacity: usize, out: &mut Paths) -> Result<()> {
-        Self::check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+    /// [`Automaton::retrieve`] into a reusable buffer (`out` is cleared first), so that a
+    /// warm decoding loop allocates nothing.
+    ///
+    /// ```
+    /// use racer_ref::automaton::{Automaton, Paths};
+    /// let mut a = Automaton::new(100, 4, 2)?;
+    /// a.extend(&[1, 2, 3, 1]);
+    /// let mut paths = Paths::default();
+    /// a.retrieve_into(2, 8, &mut paths)?;
+    /// assert_eq!(paths.get(0), &[2, 3, 1]);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
+    pub fn retrieve_into(&mut self, root: TokenId, capacity: usize, out: &mut Paths) -> Result<()> {
+        check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+        self.retrieve_trusted(root, capacity, out);
+        Ok(())
+    }
+
+    /// [`Automaton::retrieve_into`] for a capacity the caller has already checked (a
+    /// [`crate::drafter::Drafter`] checks its capacity once, when it is built).
+    pub(crate) fn retrieve_trusted(&mut self, root: TokenId, capacity: usize, out: &mut Paths) {
+        debug_assert!(check_capacity(capacity as i64).is_ok());
         self.stats.retrieves += 1;
+        // The scratch space is taken out of `self` for the call, so that `expand` can read
+        // the trie (`&self`) while it writes the scratch; it goes back at the end, with
+        // its allocations, for the next step.
         let mut sc = std::mem::take(&mut self.scratch);
         sc.heap.clear();
         sc.siblings.clear();
         sc.pool.clear();
         sc.kept.clear();
+        // The borders are the trie nodes the root of the retrieval tree stands for: all
+        // of them together are kept node 0, so their children are merged by token below.
         self.collect_borders(root, &mut sc.pool);
         sc.kept.push(Kept {
             token: root,
@@ -778,11 +934,17 @@ impl Automaton {
             last_child: NONE,
             next_sibling: NONE,
         });
+        // capacity 1 is the root alone; no border at all leaves the heap empty and gives
+        // `[[root]]` as well.
         if capacity > 1 {
             let n_borders = sc.pool.len();
             self.expand(&mut sc, 0, 0, n_borders, capacity - 1);
         }
+        // Best-first search: pop the best candidate, keep it, offer its children. A child
+        // is never better than its parent (frequencies do not grow along a path), so the
+        // kept set is prefix-closed and equals "the capacity - 1 best nodes".
         while sc.kept.len() < capacity {
+            // An empty heap: every reachable continuation is kept already.
             let Some(c) = sc.heap.pop() else { break };
             // Its next-best sibling takes its place among the candidates.
             if c.next != NONE {
@@ -805,6 +967,7 @@ impl Automaton {
                 sc.kept[last].next_sibling = rank;
             }
             sc.kept[p].last_child = rank;
+            // Offer the children only if one of them could still be kept.
             if sc.kept.len() < capacity {
                 let room = capacity - sc.kept.len();
                 self.expand(&mut sc, rank, c.start as usize, c.len as usize, room);
@@ -812,7 +975,6 @@ impl Automaton {
         }
         Self::write_paths(&mut sc, out);
         self.scratch = sc;
-        Ok(())
     }
 
     /// Offer the children of kept node `rank` (the trie nodes `pool[start..start+len]`,
@@ -932,7 +1094,20 @@ impl Automaton {
     /// the matching state, the open windows, then one line per state in depth-first order
     /// (children by token id) with its frequency, failure link and LRU rank (0 = most
     /// recent). Fills the failure-link cache as a side effect (through [`Automaton::fail`]).
+    ///
+    /// ```
+    /// use racer_ref::automaton::Automaton;
+    /// let mut a = Automaton::new(10, 2, 2)?;
+    /// a.extend(&[4, 5]);
+    /// let text = a.dump();
+    /// assert!(text.starts_with("Automaton(max_nodes=10, ngram=2, min_border_depth=2)\n"));
+    /// assert!(text.contains("state [4 5] freq=1 fail=[5] lru=2\n"));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn dump(&mut self) -> String {
+        // Slot numbers differ between the backends (and between runs with evictions), so
+        // the dump names every state by its token string and orders states by token ids:
+        // two automata with the same content give the same text.
         let mut order = Vec::with_capacity(self.len + 1);
         let mut stack = vec![ROOT];
         let mut kids = Vec::new();
@@ -944,9 +1119,12 @@ impl Automaton {
                 kids.push((self.nodes[c as usize].token, c));
                 c = self.nodes[c as usize].next_sibling;
             }
+            // Pushed in decreasing token order, so the smallest token is popped first.
             kids.sort_unstable_by(|a, b| b.cmp(a));
             stack.extend(kids.iter().map(|&(_, c)| c));
         }
+        // LRU rank of every live slot: 0 = most recently used. Free slots keep u32::MAX
+        // and never appear (they are not reachable from the root).
         let mut rank = vec![u32::MAX; self.nodes.len()];
         for (r, s) in self.recency.iter().enumerate() {
             rank[s as usize] = r as u32;
@@ -1130,12 +1308,12 @@ mod tests {
             Automaton::check_token("root", None, -1),
             Err(Error::Value { arg: "root", .. })
         ));
-        assert!(Automaton::check_token("tokens", Some(2), 1 << 32)
+        assert!(Automaton::check_token("tokens", Some(2), 1i64 << 32)
             .unwrap_err()
             .to_string()
             .contains("element 2"));
         assert_eq!(
-            Automaton::check_token("root", None, (1 << 32) - 1),
+            Automaton::check_token("root", None, (1i64 << 32) - 1),
             Ok(u32::MAX)
         );
     }

@@ -1,4 +1,4 @@
-//! The copy-logit table (racer-spec.md, terms and step 8).
+//! The copy-logit table (one decoding step, step 8).
 //!
 //! For every token id `v` the table keeps the top-`k` next-token ids that the target model
 //! predicted right after its most recent verified occurrence of `v`. It is dense:
@@ -10,6 +10,7 @@
 //! (rejected ones included, the paper's default) or only the accepted ones.
 
 use crate::error::{Error, Result};
+use crate::TokenId;
 
 /// The largest table we agree to allocate: `vocab_size * k` entries (1 GiB of `u32`).
 /// Real vocabularies (<= 262,144) with k <= 1,024 stay well below it.
@@ -17,6 +18,16 @@ pub const MAX_TABLE_ENTRIES: usize = 1 << 28;
 
 /// Check that every id in `ids` lies in `[0, vocab_size)`; the error names `arg`, the
 /// offending value and its flat index.
+///
+/// ```
+/// use racer_ref::copy_logit::check_token_ids;
+/// assert!(check_token_ids("token_ids", &[0, 9], 10).is_ok());
+/// let e = check_token_ids("token_ids", &[0, 10], 10).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "token_ids: token id 10 at index 1 is outside [0, vocab_size) = [0, 10)"
+/// );
+/// ```
 pub fn check_token_ids(arg: &'static str, ids: &[i64], vocab_size: usize) -> Result<()> {
     // One pass, no allocation: `vocab_size` fits i64 because it is at most MAX_TABLE_ENTRIES.
     let hi = vocab_size as i64;
@@ -29,8 +40,14 @@ pub fn check_token_ids(arg: &'static str, ids: &[i64], vocab_size: usize) -> Res
     Ok(())
 }
 
-/// Check that a single token id lies in `[0, vocab_size)` and return it as `u32`.
-pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<u32> {
+/// Check that a single token id lies in `[0, vocab_size)` and return it as a [`TokenId`].
+///
+/// ```
+/// use racer_ref::copy_logit::check_token_id;
+/// assert_eq!(check_token_id("root", 3, 10), Ok(3));
+/// assert!(check_token_id("root", -1, 10).is_err());
+/// ```
+pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<TokenId> {
     if id < 0 || id >= vocab_size as i64 {
         return Err(Error::value(
             arg,
@@ -43,6 +60,17 @@ pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<u
 /// Validate the arguments of [`CopyLogitTable::observe`] for a table of `vocab_size` rows
 /// and `k` columns (also used by drafters without a table, so that every method rejects
 /// the same input).
+///
+/// ```
+/// use racer_ref::copy_logit::check_observe;
+/// // Two tokens, top-3 ids each, for a table keeping k = 2.
+/// assert!(check_observe(&[1, 2], &[3, 4, 5, 6, 7, 8], [2, 3], 10, 2).is_ok());
+/// let e = check_observe(&[1], &[3], [1, 1], 10, 2).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "topk_ids: expected shape (n, k') with n = len(token_ids) = 1 and k' >= k = 2, got (1, 1)"
+/// );
+/// ```
 pub fn check_observe(
     token_ids: &[i64],
     topk_ids: &[i64],
@@ -56,7 +84,7 @@ pub fn check_observe(
         return Err(Error::value(
             "topk_ids",
             format!(
-                "expected shape (n, k') with n = len(token_ids) = {n} and k' >= breadth = {k}, \
+                "expected shape (n, k') with n = len(token_ids) = {n} and k' >= k = {k}, \
                  got ({rows}, {cols})"
             ),
         ));
@@ -93,29 +121,47 @@ pub fn check_observe(
 /// this value never is a real id.
 const EMPTY: u32 = u32::MAX;
 
-/// Dense `[vocab_size, k]` copy-logit table; an unseen row holds [`EMPTY`] in its first
-/// slot.
+/// Dense `[vocab_size, k]` copy-logit table; an unseen row holds a sentinel (`u32::MAX`,
+/// never a token id) in its first slot.
 ///
 /// Why a sentinel rather than a separate `seen: Vec<bool>` (the Python twin's choice): a
 /// draft step reads about 60 scattered rows, often from a cold cache; with the flag inside
 /// the row each read costs one cache line instead of two.
+///
+/// ```
+/// use racer_ref::copy_logit::CopyLogitTable;
+/// let mut table = CopyLogitTable::new(100, 2)?; // vocabulary of 100 ids, k = 2
+/// // The target model was fed tokens 7 and 8; its top-2 predictions there, best first:
+/// table.observe(&[7, 8], &[8, 3, 9, 1], [2, 2])?;
+/// assert_eq!(table.row(7), &[8, 3]); // what followed 7 (and the runner-up)
+/// assert!(table.row(9).is_empty());  // never observed: drafts nothing
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct CopyLogitTable {
     vocab_size: usize,
     k: usize,
     /// Row `v` is `ids[v * k .. (v + 1) * k]`, ranks 0..k (best first), or starts with
     /// `EMPTY` when never written.
-    ids: Vec<u32>,
+    ids: Vec<TokenId>,
     num_seen: usize,
 }
 
 impl CopyLogitTable {
     /// Check the parameters of [`CopyLogitTable::new`] without allocating; returns them as
-    /// `(vocab_size, k)`.
+    /// `(vocab_size, k)`. `k_arg` is the name the caller gave `k` (a table's `"k"`, a
+    /// drafter's `"breadth"`), so that the message names the caller's argument.
     ///
     /// Errors: `vocab_size < 1`, `k` outside `[1, vocab_size]`, or
     /// `vocab_size * k > MAX_TABLE_ENTRIES`.
-    pub fn check_params(vocab_size: i64, k: i64) -> Result<(usize, usize)> {
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// assert_eq!(CopyLogitTable::check_params(49_152, 8, "k"), Ok((49_152, 8)));
+    /// let e = CopyLogitTable::check_params(10, 11, "breadth").unwrap_err();
+    /// assert_eq!(e.to_string(), "breadth: must be in [1, vocab_size] = [1, 10], got 11");
+    /// ```
+    pub fn check_params(vocab_size: i64, k: i64, k_arg: &'static str) -> Result<(usize, usize)> {
         if vocab_size < 1 {
             return Err(Error::value(
                 "vocab_size",
@@ -124,7 +170,7 @@ impl CopyLogitTable {
         }
         if k < 1 || k > vocab_size {
             return Err(Error::value(
-                "breadth",
+                k_arg,
                 format!("must be in [1, vocab_size] = [1, {vocab_size}], got {k}"),
             ));
         }
@@ -132,7 +178,7 @@ impl CopyLogitTable {
             return Err(Error::value(
                 "vocab_size",
                 format!(
-                    "vocab_size * breadth = {vocab_size} * {k} exceeds the table limit of \
+                    "vocab_size * {k_arg} = {vocab_size} * {k} exceeds the table limit of \
                      {MAX_TABLE_ENTRIES} entries"
                 ),
             ));
@@ -143,9 +189,20 @@ impl CopyLogitTable {
 
     /// An empty table for token ids in `[0, vocab_size)` keeping `k` ids per row.
     ///
-    /// Errors: see [`CopyLogitTable::check_params`].
+    /// Errors: see [`CopyLogitTable::check_params`] (the message names `k` as `"k"`).
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// let t = CopyLogitTable::new(49_152, 8)?;
+    /// assert_eq!((t.vocab_size(), t.k(), t.num_seen()), (49_152, 8, 0));
+    /// assert_eq!(
+    ///     CopyLogitTable::new(10, 0).unwrap_err().to_string(),
+    ///     "k: must be in [1, vocab_size] = [1, 10], got 0"
+    /// );
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn new(vocab_size: i64, k: i64) -> Result<Self> {
-        let (vocab_size, k) = Self::check_params(vocab_size, k)?;
+        let (vocab_size, k) = Self::check_params(vocab_size, k, "k")?;
         Ok(CopyLogitTable {
             vocab_size,
             k,
@@ -170,7 +227,15 @@ impl CopyLogitTable {
     }
 
     /// Whether row `token` has been written (false for ids outside the vocabulary).
-    pub fn is_seen(&self, token: u32) -> bool {
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// let mut t = CopyLogitTable::new(10, 2)?;
+    /// t.observe(&[4], &[5, 6], [1, 2])?;
+    /// assert!(t.is_seen(4) && !t.is_seen(5) && !t.is_seen(99));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
+    pub fn is_seen(&self, token: TokenId) -> bool {
         self.ids
             .get(token as usize * self.k)
             .is_some_and(|&first| first != EMPTY)
@@ -178,8 +243,17 @@ impl CopyLogitTable {
 
     /// Row `token`: its `k` next-token ids best first, or an empty slice when the token was
     /// never observed (or lies outside the vocabulary).
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// let mut t = CopyLogitTable::new(10, 2)?;
+    /// t.observe(&[4], &[5, 6, 7], [1, 3])?; // a wider top-3: only k = 2 ids are kept
+    /// assert_eq!(t.row(4), &[5, 6]);
+    /// assert!(t.row(3).is_empty());
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     #[inline]
-    pub fn row(&self, token: u32) -> &[u32] {
+    pub fn row(&self, token: TokenId) -> &[TokenId] {
         let start = token as usize * self.k;
         match self.ids.get(start..start + self.k) {
             Some(row) if row[0] != EMPTY => row,
@@ -188,7 +262,7 @@ impl CopyLogitTable {
     }
 
     /// Write row `token_ids[i]` := the first `k` columns of row `i` of `topk_ids`
-    /// (racer-spec.md step 8: `table[token(u)] = topk(logits[u], k)`).
+    /// (step 8: `table[token(u)] = topk(logits[u], k)`).
     ///
     /// * `token_ids`: `(n,)` ids the target model was fed.
     /// * `topk_ids`: row-major `(n, k')` ids with `k' >= k`: row `i` holds the top-k' ids of
@@ -198,6 +272,17 @@ impl CopyLogitTable {
     /// When a token occurs several times in `token_ids` the last occurrence wins (it is the
     /// most recent one). Everything is validated before the first write: on error the table
     /// is unchanged.
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// let mut t = CopyLogitTable::new(10, 2)?;
+    /// // Token 4 twice: the later row (9, 0) wins.
+    /// t.observe(&[4, 5, 4], &[1, 2, 6, 7, 9, 0], [3, 2])?;
+    /// assert_eq!(t.row(4), &[9, 0]);
+    /// assert!(t.observe(&[4], &[10, 1], [1, 2]).is_err()); // 10 is not a token id
+    /// assert_eq!(t.row(4), &[9, 0]);                         // unchanged
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn observe(
         &mut self,
         token_ids: &[i64],
@@ -220,6 +305,15 @@ impl CopyLogitTable {
     }
 
     /// Forget every row (all rows empty again).
+    ///
+    /// ```
+    /// use racer_ref::copy_logit::CopyLogitTable;
+    /// let mut t = CopyLogitTable::new(10, 1)?;
+    /// t.observe(&[1], &[2], [1, 1])?;
+    /// t.reset();
+    /// assert_eq!(t.num_seen(), 0);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn reset(&mut self) {
         // Only the first slot of each row marks it empty.
         self.ids

@@ -1,5 +1,5 @@
-//! The draft tree: merging the retrieval tree and the logits tree, then flattening
-//! (racer-spec.md steps 2-4).
+//! The draft tree: merging the retrieval tree and the logits tree, then flattening (one
+//! decoding step, steps 2-4).
 //!
 //! A [`TreeBuilder`] is a token trie rooted at the root with at most `capacity` nodes.
 //! Nodes live in an arena in creation order; each keeps its children as a linked list in
@@ -11,19 +11,40 @@
 //!   flatten: BFS from the root, each node's children in insertion order
 //! ```
 //!
-//! Merging (**ours**, spec step 3): inserting a (parent, token) pair that already exists
-//! costs no budget and creates nothing; the node's source gains the new bit
-//! (retrieval | logits = both). The tree therefore ends with exactly
-//! `min(capacity, reachable unique nodes)` nodes.
+//! Merging (**ours**): inserting a (parent, token) pair that already exists costs no budget
+//! and creates nothing; the node's source gains the new bit (retrieval | logits = both).
+//! The tree therefore ends with exactly `min(capacity, reachable unique nodes)` nodes. (The
+//! official code charges the budget before merging and can return fewer than `C` nodes.)
 //!
 //! The Python twin (`racer_ref/reference/draft_tree.py`) follows the same steps and gives
 //! identical arrays, node order included.
+//!
+//! ```
+//! use racer_ref::draft_tree::{build_draft_tree, SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+//! use racer_ref::copy_logit::CopyLogitTable;
+//!
+//! // Retrieval paths 0-1-2 and 0-3; copy-logit rows 0 = [1, 4] and 1 = [2, 5].
+//! let mut table = CopyLogitTable::new(10, 2)?;
+//! table.observe(&[0, 1], &[1, 4, 2, 5], [2, 2])?;
+//! let paths = [vec![0, 1, 2], vec![0, 3]];
+//! let tree = build_draft_tree(0, 10, &paths, Some(&table), None)?;
+//! // Breadth-first: 0 | 1 3 4 | 2 5. Node 1 (token 1) was proposed by both trees.
+//! assert_eq!(tree.tokens, vec![0, 1, 3, 4, 2, 5]);
+//! assert_eq!(tree.parents, vec![-1, 0, 0, 0, 1, 1]);
+//! assert_eq!(tree.sources[1], SOURCE_BOTH);
+//! assert_eq!(tree.sources[2], SOURCE_RETRIEVAL);
+//! assert_eq!(tree.sources[3], SOURCE_LOGITS);
+//! # Ok::<(), racer_ref::error::Error>(())
+//! ```
 
 use std::collections::VecDeque;
 
 use crate::copy_logit::CopyLogitTable;
 use crate::error::{Error, Result};
-use crate::logits_tree;
+use crate::logits_tree::{grow_logits_tree, GrowInto, Offer};
+use crate::{NodeId, TokenId, MAX_TOKEN_ID};
+
+pub use crate::{check_capacity, MAX_CAPACITY};
 
 /// `sources` value of the root (drafted by neither tree).
 pub const SOURCE_ROOT: u8 = 0;
@@ -34,52 +55,88 @@ pub const SOURCE_LOGITS: u8 = 2;
 /// `sources` value of a node proposed by both trees.
 pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
 
-/// Largest accepted capacity (tokens per verify pass; the paper uses 64). The tree
-/// attention mask has `capacity^2` entries, so this also bounds memory (16 MiB).
-pub const MAX_CAPACITY: usize = 4096;
+/// "No node" in the arena links.
+const NONE: NodeId = u32::MAX;
 
-const NONE: u32 = u32::MAX;
-
+/// One arena node. Children form a singly linked list in insertion order (`first_child`,
+/// `next_sibling`), with `last_child` so that an append is O(1).
 #[derive(Debug, Clone, Copy)]
 struct Node {
-    token: u32,
-    parent: u32,
+    token: TokenId,
+    parent: NodeId,
     depth: u32,
     source: u8,
-    first_child: u32,
-    last_child: u32,
-    next_sibling: u32,
+    first_child: NodeId,
+    last_child: NodeId,
+    next_sibling: NodeId,
+}
+
+impl Node {
+    fn new(token: TokenId, parent: NodeId, depth: u32, source: u8) -> Node {
+        Node {
+            token,
+            parent,
+            depth,
+            source,
+            first_child: NONE,
+            last_child: NONE,
+            next_sibling: NONE,
+        }
+    }
 }
 
 /// What [`TreeBuilder::insert_child`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Insert {
     /// A new node was created (it cost one unit of budget).
-    Added(u32),
-    /// The child already existed; `had` is its source before this insertion.
-    Existing { node: u32, had: u8 },
+    Added(NodeId),
+    /// The child already existed (it cost nothing).
+    Existing {
+        /// The existing child.
+        node: NodeId,
+        /// Its source bits before this insertion.
+        had: u8,
+    },
     /// The child does not exist and the tree is full.
     Full,
 }
 
-/// A draft tree flattened breadth-first, root first (spec step 4): the arrays of
-/// `racer_ref.DraftTree`, ready to become numpy arrays without conversion.
+/// A draft tree flattened breadth-first, root first (step 4): the arrays of
+/// `racer_ref.DraftTree`, ready to become numpy arrays without conversion. Node `i` is
+/// the `i`-th node in breadth-first order; the root is node 0.
+///
+/// ```
+/// use racer_ref::draft_tree::build_draft_tree;
+/// // One retrieval path 7-8-9 and a second branch 7-5: n = 4 nodes, 2 leaves.
+/// let f = build_draft_tree(7, 64, &[vec![7, 8, 9], vec![7, 5]], None, None)?;
+/// assert_eq!(f.tokens, vec![7, 8, 5, 9]);
+/// assert_eq!(f.parents, vec![-1, 0, 0, 1]);
+/// assert_eq!(f.depths, vec![0, 1, 1, 2]);
+/// // Row 3 of the mask: node 3 sees itself, its parent 1 and the root.
+/// assert_eq!(&f.attention_mask[12..16], &[true, true, false, true]);
+/// // One row per leaf (nodes 2 and 3, in BFS order), padded with -1.
+/// assert_eq!((f.num_leaves, f.width), (2, 3));
+/// assert_eq!(f.retrieve_indices, vec![0, 2, -1, 0, 1, 3]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlatTree {
     /// `(n,)` token ids, `tokens[0]` is the root.
     pub tokens: Vec<i64>,
     /// `(n,)` parent index, -1 at the root, `parents[i] < i` otherwise.
     pub parents: Vec<i64>,
-    /// `(n,)` depth below the root.
+    /// `(n,)` depth below the root (position id = tokens in the KV cache + depth).
     pub depths: Vec<i64>,
-    /// `(n, n)` row-major: `[i, j]` iff j is i or an ancestor of i.
+    /// `(n, n)` row-major tree attention mask: `[i, j]` iff j is i or an ancestor of i.
     pub attention_mask: Vec<bool>,
-    /// `(num_leaves, width)` row-major root-to-leaf node indices, padded with -1.
+    /// `(num_leaves, width)` row-major root-to-leaf node indices, padded with -1; leaves
+    /// in breadth-first order.
     pub retrieve_indices: Vec<i64>,
+    /// Rows of `retrieve_indices`: the number of leaves.
     pub num_leaves: usize,
-    /// `max_depth + 1`.
+    /// Columns of `retrieve_indices`: `max_depth + 1`.
     pub width: usize,
-    /// `(n,)` SOURCE_* values.
+    /// `(n,)` the `SOURCE_*` value of each node (retrieval, logits, both; the root 0).
     pub sources: Vec<u8>,
 }
 
@@ -89,25 +146,42 @@ impl FlatTree {
         self.tokens.len()
     }
 
-    /// Always false: a draft tree holds at least its root.
+    /// Whether the tree has no node at all; false for every tree the builder makes (a
+    /// draft tree holds at least its root), true only for `FlatTree::default()`.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
 }
 
-/// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.
-pub fn check_capacity(capacity: i64) -> Result<usize> {
-    if capacity < 1 || capacity > MAX_CAPACITY as i64 {
-        return Err(Error::value(
-            "capacity",
-            format!("must be in [1, {MAX_CAPACITY}], got {capacity}"),
-        ));
+/// Check one token of a draft tree given as any integer: in `[0, vocab_size)` with a
+/// copy-logit table, in `[0, 2**32)` without one. The message gives the half-open range.
+///
+/// ```
+/// use racer_ref::draft_tree::check_tree_token;
+/// assert_eq!(check_tree_token("root", 9, Some(10)), Ok(9));
+/// let e = check_tree_token("root_topk", 10, Some(10)).unwrap_err();
+/// assert_eq!(e.to_string(), "root_topk: token id 10 is outside [0, 10)");
+/// assert!(check_tree_token("root", 1 << 32, None).is_err());
+/// ```
+pub fn check_tree_token(
+    arg: &'static str,
+    value: i64,
+    vocab_size: Option<usize>,
+) -> Result<TokenId> {
+    let high = vocab_size.map_or(i64::from(MAX_TOKEN_ID) + 1, |v| v as i64);
+    if (0..high).contains(&value) {
+        // In range, and high <= 2^32: the cast is exact.
+        Ok(value as TokenId)
+    } else {
+        Err(Error::value(
+            arg,
+            format!("token id {value} is outside [0, {high})"),
+        ))
     }
-    Ok(capacity as usize)
 }
 
 /// Check that a retrieval path is not empty and starts with the root.
-fn check_path_start(path: &[u32], root: u32) -> Result<()> {
+fn check_path_start(path: &[TokenId], root: TokenId) -> Result<()> {
     match path.first() {
         Some(&t) if t == root => Ok(()),
         Some(&t) => Err(Error::value(
@@ -120,13 +194,26 @@ fn check_path_start(path: &[u32], root: u32) -> Result<()> {
 
 /// A token trie with at most `capacity` nodes, plus reusable scratch space so that a
 /// drafter can build one tree per step without allocating anything but the output.
+///
+/// ```
+/// use racer_ref::draft_tree::{Insert, TreeBuilder};
+/// let mut b = TreeBuilder::new();
+/// b.reset(5, 3)?;                                  // root 5, room for 3 nodes
+/// b.add_retrieval_path(&[5, 6])?;                  // node 1
+/// assert_eq!(b.insert_child(0, 6, 2), Insert::Existing { node: 1, had: 1 });
+/// assert_eq!(b.insert_child(0, 8, 2), Insert::Added(2));
+/// assert!(b.is_full());
+/// assert_eq!(b.insert_child(1, 9, 2), Insert::Full);
+/// assert_eq!(b.flatten().tokens, vec![5, 6, 8]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct TreeBuilder {
     nodes: Vec<Node>,
     capacity: usize,
     // Scratch for the logits tree and for flattening, kept between steps.
-    pub(crate) queue: VecDeque<(u32, u32)>,
-    order: Vec<u32>,
+    queue: VecDeque<(NodeId, usize)>,
+    order: Vec<NodeId>,
     new_index: Vec<u32>,
     flat: FlatTree,
 }
@@ -138,20 +225,19 @@ impl TreeBuilder {
     }
 
     /// Start a new tree holding only `root`, with room for `capacity` nodes.
-    pub fn reset(&mut self, root: u32, capacity: usize) -> Result<()> {
-        check_capacity(capacity as i64)?;
+    ///
+    /// Errors: `capacity` outside `[1, MAX_CAPACITY]`.
+    pub fn reset(&mut self, root: TokenId, capacity: usize) -> Result<()> {
+        check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
+        self.start(root, capacity);
+        Ok(())
+    }
+
+    /// [`TreeBuilder::reset`] for a capacity already checked.
+    fn start(&mut self, root: TokenId, capacity: usize) {
         self.nodes.clear();
         self.capacity = capacity;
-        self.nodes.push(Node {
-            token: root,
-            parent: NONE,
-            depth: 0,
-            source: SOURCE_ROOT,
-            first_child: NONE,
-            last_child: NONE,
-            next_sibling: NONE,
-        });
-        Ok(())
+        self.nodes.push(Node::new(root, NONE, 0, SOURCE_ROOT));
     }
 
     /// Number of nodes so far (root included).
@@ -170,16 +256,16 @@ impl TreeBuilder {
         self.nodes.len() >= self.capacity
     }
 
-    /// Token of arena node `u`.
+    /// Token of arena node `u` (panics if `u >= len()`, like slice indexing).
     #[inline]
-    pub fn token(&self, u: u32) -> u32 {
+    pub fn token(&self, u: NodeId) -> TokenId {
         self.nodes[u as usize].token
     }
 
     /// The child of `parent` carrying `token`, if any. Linear in the number of children:
     /// with C = 64 nodes that is cheaper than any hash.
     #[inline]
-    pub fn child(&self, parent: u32, token: u32) -> Option<u32> {
+    pub fn child(&self, parent: NodeId, token: TokenId) -> Option<NodeId> {
         let mut c = self.nodes[parent as usize].first_child;
         while c != NONE {
             let node = &self.nodes[c as usize];
@@ -192,8 +278,9 @@ impl TreeBuilder {
     }
 
     /// Find or create the child (`parent`, `token`) and add `source` to its source bits.
-    /// Only a new node costs budget; see [`Insert`].
-    pub fn insert_child(&mut self, parent: u32, token: u32, source: u8) -> Insert {
+    /// Only a new node costs budget, so an existing child is found even when the tree is
+    /// full; see [`Insert`].
+    pub fn insert_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> Insert {
         if let Some(c) = self.child(parent, token) {
             let node = &mut self.nodes[c as usize];
             let had = node.source;
@@ -203,17 +290,15 @@ impl TreeBuilder {
         if self.is_full() {
             return Insert::Full;
         }
-        let id = self.nodes.len() as u32;
+        Insert::Added(self.push_child(parent, token, source))
+    }
+
+    /// Create the child (`parent`, `token`), known to be absent, in a tree that is not full.
+    fn push_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> NodeId {
+        debug_assert!(!self.is_full() && self.child(parent, token).is_none());
+        let id = self.nodes.len() as NodeId;
         let depth = self.nodes[parent as usize].depth + 1;
-        self.nodes.push(Node {
-            token,
-            parent,
-            depth,
-            source,
-            first_child: NONE,
-            last_child: NONE,
-            next_sibling: NONE,
-        });
+        self.nodes.push(Node::new(token, parent, depth, source));
         // Append to the parent's child list: insertion order is the BFS order later.
         let p = &mut self.nodes[parent as usize];
         let last = p.last_child;
@@ -223,89 +308,112 @@ impl TreeBuilder {
         } else {
             self.nodes[last as usize].next_sibling = id;
         }
-        Insert::Added(id)
+        id
     }
 
     /// Insert one retrieval path (`path[0]` must be the root) with source retrieval.
     /// Stops at the first new node that does not fit.
-    pub fn add_retrieval_path(&mut self, path: &[u32]) -> Result<()> {
+    ///
+    /// Errors: an empty path, or one that does not start with the root.
+    pub fn add_retrieval_path(&mut self, path: &[TokenId]) -> Result<()> {
         check_path_start(path, self.nodes[0].token)?;
-        let mut u = 0u32;
-        for &t in &path[1..] {
-            match self.insert_child(u, t, SOURCE_RETRIEVAL) {
-                Insert::Added(c) | Insert::Existing { node: c, .. } => u = c,
-                Insert::Full => break,
-            }
-        }
+        self.add_path_trusted(path);
         Ok(())
     }
 
-    /// Build one draft tree (spec steps 2-4): the root, then every retrieval path in order,
+    /// [`TreeBuilder::add_retrieval_path`] for a path known to start with the root.
+    fn add_path_trusted(&mut self, path: &[TokenId]) {
+        let mut u = 0;
+        for &t in &path[1..] {
+            match self.insert_child(u, t, SOURCE_RETRIEVAL) {
+                Insert::Added(c) | Insert::Existing { node: c, .. } => u = c,
+                // The rest of the path is below a node that does not exist: nothing of it
+                // can be inserted (the kept set stays prefix-closed).
+                Insert::Full => break,
+            }
+        }
+    }
+
+    /// Build one draft tree (steps 2-4): the root, then every retrieval path in order,
     /// then (when `table` is given) the logits tree filling the remaining capacity; then
     /// flatten. `root_topk` replaces the root's table row (last-logit mode).
     ///
-    /// Errors: capacity outside `[1, MAX_CAPACITY]`; a path that is empty or does not start
-    /// with the root; a token (root, path or `root_topk`) outside the table's vocabulary;
-    /// `root_topk` shorter than the table's `k`.
-    pub fn build<P: AsRef<[u32]>>(
+    /// Errors (nothing is built): capacity outside `[1, MAX_CAPACITY]`; a token (root, path
+    /// or `root_topk`) outside the table's vocabulary; `root_topk` shorter than the
+    /// table's `k`; a path that is empty or does not start with the root.
+    ///
+    /// ```
+    /// use racer_ref::draft_tree::TreeBuilder;
+    /// let mut b = TreeBuilder::new();
+    /// let tree = b.build(3, 64, &[vec![3, 4, 5]], None, None)?;
+    /// assert_eq!(tree.tokens, vec![3, 4, 5]);
+    /// assert!(b.build(3, 64, &[vec![4]], None, None).is_err()); // not from the root
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
+    pub fn build<P: AsRef<[TokenId]>>(
         &mut self,
-        root: u32,
+        root: TokenId,
         capacity: usize,
         retrieval_paths: &[P],
         table: Option<&CopyLogitTable>,
-        root_topk: Option<&[u32]>,
+        root_topk: Option<&[TokenId]>,
     ) -> Result<&FlatTree> {
-        // Validate everything first.
-        check_capacity(capacity as i64)?;
+        // Validate everything first, in the twin's order.
+        check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
         if let Some(tab) = table {
-            let vocab = tab.vocab_size();
-            let out = |arg: &'static str, v: u32| {
-                Error::value(
-                    arg,
-                    format!("token id {v} is outside [0, vocab_size) = [0, {vocab})"),
-                )
-            };
-            if root as usize >= vocab {
-                return Err(out("root", root));
-            }
+            let vocab = Some(tab.vocab_size());
+            check_tree_token("root", i64::from(root), vocab)?;
             for p in retrieval_paths {
-                if let Some(&v) = p.as_ref().iter().find(|&&v| v as usize >= vocab) {
-                    return Err(out("retrieval_paths", v));
+                for &v in p.as_ref() {
+                    check_tree_token("retrieval_paths", i64::from(v), vocab)?;
                 }
             }
             if let Some(rt) = root_topk {
+                for &v in rt {
+                    check_tree_token("root_topk", i64::from(v), vocab)?;
+                }
                 if rt.len() < tab.k() {
                     return Err(Error::value(
-                        "last_topk",
-                        format!(
-                            "expected at least breadth = {} ids, got {}",
-                            tab.k(),
-                            rt.len()
-                        ),
+                        "root_topk",
+                        format!("expected at least k = {} ids, got {}", tab.k(), rt.len()),
                     ));
-                }
-                if let Some(&v) = rt.iter().find(|&&v| v as usize >= vocab) {
-                    return Err(out("last_topk", v));
                 }
             }
         }
         for p in retrieval_paths {
             check_path_start(p.as_ref(), root)?;
         }
-        // Step 2: the retrieval tree first.
-        self.reset(root, capacity)?;
-        for p in retrieval_paths {
-            self.add_retrieval_path(p.as_ref())?;
-        }
-        // Step 3: the logits tree fills the rest.
-        if let Some(tab) = table {
-            logits_tree::grow_logits_tree(self, tab, root_topk);
-        }
-        // Step 4: flatten.
-        Ok(self.flatten())
+        let paths = retrieval_paths.iter().map(AsRef::as_ref);
+        Ok(self.build_trusted(root, capacity, paths, table, root_topk))
     }
 
-    /// Flatten breadth-first, root first, children in insertion order (spec step 4).
+    /// [`TreeBuilder::build`] for arguments the caller has already checked (a
+    /// [`crate::drafter::Drafter`] checks them once at its boundary and trusts its own
+    /// automaton's paths).
+    pub(crate) fn build_trusted<'p>(
+        &mut self,
+        root: TokenId,
+        capacity: usize,
+        retrieval_paths: impl Iterator<Item = &'p [TokenId]>,
+        table: Option<&CopyLogitTable>,
+        root_topk: Option<&[TokenId]>,
+    ) -> &FlatTree {
+        // Step 2: the retrieval tree first, path by path, in the automaton's order.
+        self.start(root, capacity);
+        for p in retrieval_paths {
+            debug_assert!(check_path_start(p, root).is_ok());
+            self.add_path_trusted(p);
+        }
+        // Step 3: the logits tree fills the rest (its queue is kept between steps).
+        if let Some(tab) = table {
+            let mut queue = std::mem::take(&mut self.queue);
+            grow_logits_tree(self, tab, root_topk, &mut queue);
+            self.queue = queue;
+        }
+        // Step 4: flatten.
+        self.flatten()
+    }
+    /// Flatten breadth-first, root first, children in insertion order (step 4).
     /// The arrays live in the builder and are overwritten by the next call, so a drafter
     /// allocates nothing per step; clone the result to keep it.
     pub fn flatten(&mut self) -> &FlatTree {
@@ -381,14 +489,52 @@ impl TreeBuilder {
     }
 }
 
+/// The logits tree sees the builder through this trait (see [`crate::logits_tree`]).
+impl GrowInto for TreeBuilder {
+    #[inline]
+    fn is_full(&self) -> bool {
+        TreeBuilder::is_full(self)
+    }
+
+    #[inline]
+    fn token(&self, u: NodeId) -> TokenId {
+        TreeBuilder::token(self, u)
+    }
+
+    #[inline]
+    fn offer(&mut self, parent: NodeId, token: TokenId) -> Offer {
+        match self.child(parent, token) {
+            Some(c) => {
+                let node = &mut self.nodes[c as usize];
+                // Already a logits node: the same id twice in one row. Otherwise it came
+                // from retrieval and becomes "both", at no cost.
+                if node.source & SOURCE_LOGITS != 0 {
+                    Offer::Repeated
+                } else {
+                    node.source |= SOURCE_LOGITS;
+                    Offer::Merged(c)
+                }
+            }
+            None => Offer::Added(self.push_child(parent, token, SOURCE_LOGITS)),
+        }
+    }
+}
+
 /// One-shot convenience: build a draft tree with a fresh [`TreeBuilder`]
 /// (see [`TreeBuilder::build`]).
-pub fn build_draft_tree<P: AsRef<[u32]>>(
-    root: u32,
+///
+/// ```
+/// use racer_ref::draft_tree::build_draft_tree;
+/// let tree = build_draft_tree(1, 2, &[vec![1, 2, 3]], None, None)?;
+/// assert_eq!(tree.tokens, vec![1, 2]); // capacity 2 cuts the path
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
+pub fn build_draft_tree<P: AsRef<[TokenId]>>(
+    root: TokenId,
     capacity: usize,
     retrieval_paths: &[P],
     table: Option<&CopyLogitTable>,
-    root_topk: Option<&[u32]>,
+    root_topk: Option<&[TokenId]>,
 ) -> Result<FlatTree> {
     TreeBuilder::new()
         .build(root, capacity, retrieval_paths, table, root_topk)

@@ -1,5 +1,5 @@
-//! Drafters: one per method, all producing the same [`FlatTree`] (racer-spec.md steps 2-4,
-//! 8 and 9, and the peers of "Peers to measure against").
+//! Drafters: one per method, all producing the same [`FlatTree`] (one decoding step, steps
+//! 2-4, 8 and 9; the other methods are the peers RACER is measured against).
 //!
 //! | method        | retrieval part                  | logits part                          |
 //! |---------------|---------------------------------|--------------------------------------|
@@ -14,13 +14,30 @@
 //! `observe(token_ids, topk_ids)` (tokens the target was fed and the top-k ids of its
 //! logits there: copy-logit rows), `commit(token_ids)` (tokens that became output: the
 //! automaton and the PLD history), and `draft(root, last_topk)`.
+//!
+//! A drafter checks every argument at this boundary, once, and trusts what it built itself
+//! (its automaton's paths, its own capacity) inside.
+//!
+//! ```
+//! use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+//!
+//! // Prompt lookup (PLD): copy what followed the last match of the context's suffix.
+//! let mut config = DrafterConfig::new(Method::Pld, 50);
+//! config.capacity = 4;
+//! let mut pld = Drafter::new(config)?;
+//! pld.commit(&[1, 2, 3, 4, 5, 6, 1])?;
+//! // Context 1 2 3 4 5 6 1 | root 2: "1 2" occurred at the start, so 3 4 5 follow.
+//! assert_eq!(pld.draft(2, None)?.tokens, vec![2, 3, 4, 5]);
+//! # Ok::<(), racer_ref::error::Error>(())
+//! ```
 
 use std::str::FromStr;
 
-use crate::automaton::Automaton;
+use crate::automaton::{Automaton, Paths};
 use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogitTable};
 use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
+use crate::TokenId;
 
 /// Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
 pub const PLD_MAX_NGRAM: usize = 3;
@@ -28,13 +45,30 @@ pub const PLD_MAX_NGRAM: usize = 3;
 pub const PLD_NUM_TOKENS: usize = 10;
 
 /// A drafting method (see the module table).
+///
+/// ```
+/// use racer_ref::drafter::Method;
+/// let m: Method = "logits-last".parse()?;
+/// assert_eq!(m, Method::LogitsLast);
+/// assert_eq!(m.name(), "logits-last");
+/// assert!(m.uses_table() && !m.uses_automaton());
+/// assert!("greedy".parse::<Method>().is_err());
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
+    /// RACER: the retrieval tree from the automaton, then the logits tree fills the rest.
     Racer,
+    /// Ablation: the retrieval tree alone.
     Retrieval,
+    /// Ablation: the logits tree alone, from the copy-logit table (as Token Recycling).
     Logits,
+    /// Ablation: the logits tree with the root's children from the last logits
+    /// (`last_topk`) instead of the root's table row (LogitSpec-style last-logit).
     LogitsLast,
+    /// Prompt lookup decoding: one chain copied after the last n-gram match.
     Pld,
+    /// No drafts: the root alone, i.e. plain autoregressive decoding.
     Ar,
 }
 
@@ -74,6 +108,8 @@ impl Method {
 
 impl FromStr for Method {
     type Err = Error;
+    /// The method named `s` (its [`Method::name`]); an unknown name is an
+    /// `Error::Value` naming `method` that lists the six names.
     fn from_str(s: &str) -> Result<Method> {
         Method::ALL
             .into_iter()
@@ -94,7 +130,15 @@ impl FromStr for Method {
 /// For n = `max_ngram` down to 1: take the last n tokens of the context, find their most
 /// recent *earlier* occurrence (start < len - n), and return up to `num_tokens` tokens that
 /// follow it (never empty: the match ends before the last token). No match: empty.
-pub fn prompt_lookup(context: &[u32], max_ngram: usize, num_tokens: usize) -> &[u32] {
+///
+/// ```
+/// use racer_ref::drafter::prompt_lookup;
+/// // The last 3 tokens "2 3 4" occurred before, followed by 5 6 9 ...
+/// let context = [1, 2, 3, 4, 5, 6, 9, 2, 3, 4];
+/// assert_eq!(prompt_lookup(&context, 3, 2), &[5, 6]);
+/// assert!(prompt_lookup(&[1, 2, 3], 3, 10).is_empty());
+/// ```
+pub fn prompt_lookup(context: &[TokenId], max_ngram: usize, num_tokens: usize) -> &[TokenId] {
     let len = context.len();
     for n in (1..=max_ngram).rev() {
         if len <= n {
@@ -112,9 +156,18 @@ pub fn prompt_lookup(context: &[u32], max_ngram: usize, num_tokens: usize) -> &[
     &[]
 }
 
-/// The parameters of a [`Drafter`] (validated by [`Drafter::new`]).
+/// The parameters of a [`Drafter`] (validated by [`Drafter::new`]). Sizes are `i64` so
+/// that a caller can pass what it received (a negative number included) and get a clear
+/// error rather than a wrapped-around `usize`.
+///
+/// ```
+/// use racer_ref::drafter::{DrafterConfig, Method};
+/// let c = DrafterConfig { capacity: 32, ..DrafterConfig::new(Method::Racer, 49_152) };
+/// assert_eq!((c.capacity, c.breadth, c.ngram), (32, 8, 10));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrafterConfig {
+    /// The drafting method.
     pub method: Method,
     /// Token ids are in `[0, vocab_size)`.
     pub vocab_size: i64,
@@ -126,7 +179,7 @@ pub struct DrafterConfig {
     pub ngram: i64,
     /// Automaton node budget (paper 10,000).
     pub max_nodes: i64,
-    /// Shallowest border depth the automaton retrieves from (spec: 2).
+    /// Shallowest border depth the automaton retrieves from (2: a border holds at least one context token before the root).
     pub min_border_depth: i64,
 }
 
@@ -158,11 +211,14 @@ pub struct Drafter {
     automaton: Option<Automaton>,
     table: Option<CopyLogitTable>,
     /// Committed tokens (PLD only; other methods keep just the count).
-    history: Vec<u32>,
+    history: Vec<TokenId>,
     num_committed: usize,
     builder: TreeBuilder,
-    /// `last_topk` converted to u32 (scratch).
-    root_topk: Vec<u32>,
+    // Scratch, reused every step: the automaton's paths, `last_topk` as token ids, the
+    // PLD chain.
+    paths: Paths,
+    root_topk: Vec<TokenId>,
+    chain: Vec<TokenId>,
 }
 
 impl Drafter {
@@ -170,10 +226,24 @@ impl Drafter {
     /// `breadth` outside `[1, vocab_size]` or a too large table, and the automaton's own
     /// parameter errors (`ngram`, `max_nodes`, `min_border_depth`) for methods that use it.
     /// Every parameter is checked, whether or not the method uses it.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let d = Drafter::new(DrafterConfig::new(Method::Retrieval, 100))?;
+    /// assert!(d.automaton().is_some() && d.table().is_none());
+    /// let bad = DrafterConfig { breadth: 0, ..DrafterConfig::new(Method::Ar, 100) };
+    /// assert_eq!(
+    ///     Drafter::new(bad).unwrap_err().to_string(),
+    ///     "breadth: must be in [1, vocab_size] = [1, 100], got 0"
+    /// );
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn new(config: DrafterConfig) -> Result<Self> {
-        // Every parameter is checked for every method; the table is built only if used.
+        // Every parameter is checked for every method, in the twin's order (table,
+        // capacity, automaton), so that a setting is never silently ignored; the table
+        // and the automaton are built only if the method uses them.
         let (vocab_size, breadth) =
-            CopyLogitTable::check_params(config.vocab_size, config.breadth)?;
+            CopyLogitTable::check_params(config.vocab_size, config.breadth, "breadth")?;
         let capacity = check_capacity(config.capacity)?;
         let table = if config.method.uses_table() {
             Some(CopyLogitTable::new(config.vocab_size, config.breadth)?)
@@ -192,7 +262,9 @@ impl Drafter {
             history: Vec::new(),
             num_committed: 0,
             builder: TreeBuilder::new(),
+            paths: Paths::default(),
             root_topk: Vec::new(),
+            chain: Vec::new(),
         })
     }
 
@@ -216,13 +288,22 @@ impl Drafter {
         self.num_committed
     }
 
-    /// Copy-logit update (spec step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
+    /// Copy-logit update (step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
     /// `topk_ids` is row-major with shape `topk_shape = (n, k' >= k)`.
     ///
     /// Which tokens to pass is the caller's choice: every prompt position after prefill;
     /// after a verify pass every tree node (the paper's default, rejected ones included)
     /// or only the accepted ones. Validated for every method, stored only by the methods
     /// with a table. Errors (nothing changes): shape, or an id outside `[0, vocab_size)`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Logits, 100))?;
+    /// d.observe(&[3], &[4, 5, 6, 7, 8, 9, 10, 11, 12], [1, 9])?; // a top-9, k = 8 kept
+    /// assert_eq!(d.table().unwrap().row(3), &[4, 5, 6, 7, 8, 9, 10, 11]);
+    /// assert!(d.observe(&[3], &[4, 5], [1, 2]).is_err()); // narrower than k
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn observe(
         &mut self,
         token_ids: &[i64],
@@ -242,8 +323,18 @@ impl Drafter {
         }
     }
 
-    /// Commit tokens that became output (spec step 9): the automaton is extended and the
+    /// Commit tokens that became output (step 9): the automaton is extended and the
     /// PLD history grows. Errors (nothing changes): an id outside `[0, vocab_size)`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
+    /// d.commit(&[1, 2, 3])?;
+    /// assert_eq!((d.num_committed(), d.automaton().unwrap().len()), (3, 6));
+    /// assert!(d.commit(&[100]).is_err()); // outside [0, vocab_size): nothing committed
+    /// assert_eq!(d.num_committed(), 3);
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn commit(&mut self, token_ids: &[i64]) -> Result<()> {
         check_token_ids("token_ids", token_ids, self.vocab_size)?;
         if let Some(a) = &mut self.automaton {
@@ -258,12 +349,25 @@ impl Drafter {
         Ok(())
     }
 
-    /// Build this step's draft tree for `root` (spec steps 2-4).
+    /// Build this step's draft tree for `root` (steps 2-4).
     ///
     /// `last_topk`: the top-k' ids (k' >= breadth) of the logits that produced the root;
     /// required by `logits-last`, validated but unused by the other methods.
     /// Errors: root or an id outside `[0, vocab_size)`, `last_topk` too short or missing
     /// for `logits-last`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut config = DrafterConfig::new(Method::LogitsLast, 100);
+    /// config.breadth = 2;
+    /// let mut d = Drafter::new(config)?;
+    /// d.observe(&[7], &[8, 9], [1, 2])?;
+    /// // The root's children come from last_topk (7, 6), then row 7 of the table (8, 9).
+    /// let tree = d.draft(5, Some(&[7, 6, 1]))?;
+    /// assert_eq!(tree.tokens, vec![5, 7, 6, 8, 9]);
+    /// assert!(d.draft(5, None).is_err()); // logits-last needs last_topk
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
@@ -277,30 +381,41 @@ impl Drafter {
             }
             check_token_ids("last_topk", rt, vocab)?;
         }
+        // Everything is valid from here on: the capacity was checked in `new`, the ids
+        // just now, and the automaton's paths start with the root by construction.
         let capacity = self.capacity;
-        let no_paths: &[&[u32]] = &[];
-        match self.config.method {
+        let no_paths = std::iter::empty::<&[TokenId]>();
+        let tree = match self.config.method {
             Method::Racer | Method::Retrieval => {
                 // Always Some for these methods (see `new`); an error rather than a panic.
                 let automaton = self
                     .automaton
                     .as_mut()
                     .ok_or_else(|| Error::value("method", "this drafter has no automaton"))?;
-                let paths = automaton.retrieve(root, capacity)?;
-                self.builder
-                    .build(root, capacity, &paths, self.table.as_ref(), None)
+                // Step 2, then steps 3-4 (the logits tree only for racer: `table` is None
+                // for retrieval).
+                automaton.retrieve_trusted(root, capacity, &mut self.paths);
+                self.builder.build_trusted(
+                    root,
+                    capacity,
+                    self.paths.iter(),
+                    self.table.as_ref(),
+                    None,
+                )
             }
             Method::Logits => {
                 self.builder
-                    .build(root, capacity, no_paths, self.table.as_ref(), None)
+                    .build_trusted(root, capacity, no_paths, self.table.as_ref(), None)
             }
             Method::LogitsLast => {
                 let rt = last_topk.ok_or_else(|| {
                     Error::value("last_topk", "required by method \"logits-last\" (got None)")
                 })?;
+                // Checked above: at least k ids, all in the vocabulary (< 2^28), so the
+                // casts are exact. Only the first k are the root's children.
                 self.root_topk.clear();
-                self.root_topk.extend(rt[..k].iter().map(|&t| t as u32));
-                self.builder.build(
+                self.root_topk.extend(rt[..k].iter().map(|&t| t as TokenId));
+                self.builder.build_trusted(
                     root,
                     capacity,
                     no_paths,
@@ -309,20 +424,34 @@ impl Drafter {
                 )
             }
             Method::Pld => {
-                // The context is the committed tokens followed by the root.
+                // The context is the committed tokens followed by the root; the one
+                // retrieval path is the root, then the copied chain.
                 self.history.push(root);
-                let chain = prompt_lookup(&self.history, PLD_MAX_NGRAM, PLD_NUM_TOKENS);
-                let mut path = Vec::with_capacity(chain.len() + 1);
-                path.push(root);
-                path.extend_from_slice(chain);
+                let copied = prompt_lookup(&self.history, PLD_MAX_NGRAM, PLD_NUM_TOKENS);
+                self.chain.clear();
+                self.chain.push(root);
+                self.chain.extend_from_slice(copied);
                 self.history.pop();
-                self.builder.build(root, capacity, &[path], None, None)
+                let path = std::iter::once(&self.chain[..]);
+                self.builder.build_trusted(root, capacity, path, None, None)
             }
-            Method::Ar => self.builder.build(root, capacity, no_paths, None, None),
-        }
+            Method::Ar => self
+                .builder
+                .build_trusted(root, capacity, no_paths, None, None),
+        };
+        Ok(tree)
     }
 
     /// Forget everything: automaton, copy-logit table, history.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// let mut d = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
+    /// d.commit(&[1, 2, 3])?;
+    /// d.reset();
+    /// assert_eq!((d.num_committed(), d.automaton().unwrap().len()), (0, 0));
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
     pub fn reset(&mut self) {
         if let Some(a) = &mut self.automaton {
             a.reset();

@@ -1,18 +1,72 @@
-//! racer-ref core: the hot parts of RACER speculative decoding, in Rust.
+//! racer-ref: the hot parts of RACER speculative decoding, in Rust.
 //!
-//! One module per concept (see `docs/` and `../shared/docs/racer-spec.md`):
+//! RACER drafts one token tree per decoding step from two sources that need no extra model:
+//! an Aho-Corasick automaton over the n-grams of the context (the *retrieval tree*) and a
+//! copy-logit table of the target model's own past top-k predictions (the *logits tree*).
+//! The target model then checks the whole tree in one forward pass. This crate is the
+//! drafting side; the verification loop (a model, a KV cache) is the caller's.
+//!
+//! # One decoding step
+//!
+//! The module docs refer to these steps by number (the project's documentation explains
+//! each at length):
+//!
+//! 1. **Root**: the token the target model just predicted (greedy or sampled).
+//! 2. **Retrieval tree**: the automaton's borders for the root (suffixes of the committed
+//!    tokens followed by the root) and the most frequent continuations below them
+//!    ([`automaton::Automaton::retrieve`]).
+//! 3. **Logits tree**: the copy-logit table fills the rest of the capacity, breadth-first,
+//!    with the breadth rule of the paper's Eq. 3 ([`logits_tree`]).
+//! 4. **Flatten** breadth-first into the arrays of a [`draft_tree::FlatTree`].
+//! 5. **Verify**: one forward pass of the target over the tree (the caller's).
+//! 6. **Accept** the longest path that matches the target's choices (the caller's).
+//! 7. **Commit** the root and the accepted tokens (the caller's).
+//! 8. **Update the copy-logit table** with the target's top-k at every verified node
+//!    ([`copy_logit::CopyLogitTable::observe`]).
+//! 9. **Update the automaton** with the committed tokens
+//!    ([`automaton::Automaton::extend`]).
+//!
+//! One module per concept:
 //!
 //! * [`automaton`]: the Aho-Corasick n-gram automaton with lazy failure links and O(1) LRU
-//!   eviction (spec: "The automaton", step 2 and step 9);
+//!   eviction (the retrieval tree, and committing tokens);
 //! * [`lru`]: the O(1) recency list behind that eviction;
-//! * [`copy_logit`]: the dense copy-logit table (step 8);
-//! * [`logits_tree`]: the logits tree's breadth rule, paper Eq. 3 (step 3);
-//! * [`draft_tree`]: merging retrieval and logits trees, flattening (steps 2-4);
+//! * [`copy_logit`]: the dense copy-logit table;
+//! * [`logits_tree`]: the logits tree's breadth rule (paper Eq. 3), grown into a draft tree;
+//! * [`draft_tree`]: merging the retrieval and logits trees, and flattening;
 //! * [`drafter`]: one drafter per method (racer, retrieval, logits, logits-last, pld, ar);
-//! * [`error`]: the one error type, turned into Python `ValueError`/`TypeError` by `py`.
+//! * [`error`]: the one error type.
 //!
-//! The crate knows nothing of torch or Python unless the `python` feature is on; then `py`
-//! holds only thin PyO3 wrappers (the `racer_ref._core` extension module).
+//! Imports go one way: `drafter` uses everything; `draft_tree` uses `logits_tree`, which
+//! uses `copy_logit`; `automaton` uses `lru`. Nothing here knows of torch or Python unless
+//! the `python` feature is on; then the private `py` module holds only thin PyO3 wrappers
+//! (the `racer_ref._core` extension module) that convert arguments and call this core.
+//!
+//! # A drafting step
+//!
+//! ```
+//! use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+//!
+//! let mut drafter = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
+//! // The committed tokens so far (prompt + output): the automaton learns their n-grams.
+//! drafter.commit(&[5, 6, 7, 8, 9, 5, 6])?;
+//! // The target model's top-2 next-token ids after token 6 (row-major, shape (1, 8)).
+//! drafter.observe(&[6], &[7, 1, 2, 3, 4, 10, 11, 12], [1, 8])?;
+//! // Draft the tree for root 6: "7 8 9 ..." comes from the automaton (6 was followed by
+//! // 7 8 9 before), the other children of the root from the copy-logit row of 6.
+//! let tree = drafter.draft(6, None)?;
+//! assert_eq!(tree.tokens[0], 6);
+//! assert_eq!(tree.tokens[1], 7);
+//! assert_eq!(tree.parents[1], 0);
+//! assert!(tree.len() <= 64);
+//! # Ok::<(), racer_ref::error::Error>(())
+//! ```
+//!
+//! `examples/drafting_loop.rs` runs a whole decoding loop (a toy n-gram "target model",
+//! greedy verification) and checks that the output equals plain greedy decoding:
+//! `cargo run --example drafting_loop`.
+
+#![deny(missing_docs)]
 
 pub mod automaton;
 pub mod copy_logit;
@@ -24,3 +78,44 @@ pub mod lru;
 
 #[cfg(feature = "python")]
 mod py;
+
+use error::{Error, Result};
+
+/// A token id of the target model's vocabulary.
+///
+/// A plain `u32` (not a newtype), so that token streams are ordinary `&[u32]` slices; the
+/// alias says in a signature which `u32`s are tokens.
+pub type TokenId = u32;
+
+/// A node of a draft tree, by its index: in a [`draft_tree::TreeBuilder`] the slot in its
+/// arena (creation order), in a [`draft_tree::FlatTree`] the breadth-first position. The
+/// root is node 0 in both.
+pub type NodeId = u32;
+
+/// The largest token id any structure accepts (ids are 32-bit).
+pub const MAX_TOKEN_ID: TokenId = u32::MAX;
+
+/// The largest accepted capacity `C`: nodes of a draft tree, root included (tokens per
+/// verify pass; the paper uses 64). Also bounds a retrieval tree, which is part of a draft
+/// tree. The tree attention mask has `C^2` entries, so this bounds its memory (16 MiB).
+pub const MAX_CAPACITY: usize = 4096;
+
+/// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.
+///
+/// The one capacity check of the crate: draft trees, retrieval trees and drafters use it.
+///
+/// ```
+/// assert_eq!(racer_ref::check_capacity(64), Ok(64));
+/// let e = racer_ref::check_capacity(0).unwrap_err();
+/// assert_eq!(e.to_string(), "capacity: must be in [1, 4096], got 0");
+/// ```
+pub fn check_capacity(capacity: i64) -> Result<usize> {
+    if (1..=MAX_CAPACITY as i64).contains(&capacity) {
+        Ok(capacity as usize)
+    } else {
+        Err(Error::value(
+            "capacity",
+            format!("must be in [1, {MAX_CAPACITY}], got {capacity}"),
+        ))
+    }
+}

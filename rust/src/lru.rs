@@ -1,5 +1,5 @@
 //! An O(1) recency list over arena slots: the "least recently used" half of the automaton's
-//! LRU eviction (spec: "The automaton", LRU eviction).
+//! LRU eviction (the automaton's node budget, step 9 of a decoding step).
 //!
 //! The automaton keeps its trie nodes in a `Vec` and names them by slot (`u32`). This list
 //! threads those slots on an intrusive doubly linked list, most recent at the head, least
@@ -33,6 +33,19 @@ const UNLINKED: Link = Link {
 };
 
 /// A doubly linked recency list over slots `0..capacity`; every operation is O(1).
+///
+/// ```
+/// use racer_ref::lru::RecencyList;
+/// let mut lru = RecencyList::new();
+/// for slot in [1, 2, 3] {
+///     lru.touch(slot);                      // 3 is now the most recent
+/// }
+/// lru.touch(1);                             // 1 moves to the head
+/// assert_eq!(lru.iter().collect::<Vec<_>>(), vec![1, 3, 2]);
+/// assert_eq!(lru.least_recent(), Some(2));  // the eviction victim
+/// lru.remove(2);
+/// assert_eq!(lru.least_recent(), Some(3));
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct RecencyList {
     links: Vec<Link>,
@@ -93,10 +106,13 @@ impl RecencyList {
     #[inline]
     pub fn touch(&mut self, slot: u32) {
         let old_head = self.head;
+        // Already the most recent: nothing moves. This is the common case when the
+        // automaton touches a path it has just touched.
         if old_head == slot {
             return;
         }
         let s = slot as usize;
+        // Links grow with the arena, on demand: a slot the list has never seen is unlinked.
         if s >= self.links.len() {
             self.links.resize(s + 1, UNLINKED);
         }
@@ -132,6 +148,7 @@ impl RecencyList {
     /// Take `slot` off the list (no-op if it is not on it).
     #[inline]
     pub fn remove(&mut self, slot: u32) {
+        // `unlink` assumes the slot is on the list; a slot that is not has nothing to undo.
         if self.contains(slot) {
             self.unlink(slot);
         }
@@ -150,6 +167,8 @@ impl RecencyList {
         })
     }
 
+    /// Take `slot` (on the list) off it: its neighbours point at each other, and the head
+    /// or the tail moves when `slot` was one of them.
     fn unlink(&mut self, slot: u32) {
         let Link { newer, older, .. } = self.links[slot as usize];
         if newer != NIL {
@@ -162,6 +181,7 @@ impl RecencyList {
         } else {
             self.tail = newer;
         }
+        // Unlinked again, so `contains` says no and a later `touch` adds it afresh.
         self.links[slot as usize] = UNLINKED;
         self.len -= 1;
     }

@@ -27,10 +27,13 @@ import numpy as np
 
 #: Largest accepted ``ngram`` (the trie's depth bound).
 MAX_NGRAM = 256
-#: Largest accepted ``max_nodes`` and ``capacity`` (2**31 - 1, as in the Rust core).
+#: Largest accepted ``max_nodes`` (2**31 - 1, as in the Rust core).
 MAX_NODES_LIMIT = 2**31 - 1
+#: Largest accepted ``capacity``: a retrieval tree is part of a draft tree, so the draft
+#: tree's bound (the one constant; ``draft_tree`` imports it from here, as in Rust).
+MAX_CAPACITY = 4096
 #: Token ids must fit in 32 bits.
-MAX_TOKEN = 2**32 - 1
+MAX_TOKEN_ID = 2**32 - 1
 #: Number of failure-link epochs; token ``t`` uses epoch ``t % EPOCH_SLOTS``.
 EPOCH_SLOTS = 1024
 
@@ -71,15 +74,15 @@ def int_or_default(value: Any, arg: str, default: int) -> int:
 
 def _check_token(arg: str, index: Optional[int], v: int) -> int:
     """Check that ``v`` is a token id in ``[0, 2**32 - 1]``."""
-    if not 0 <= v <= MAX_TOKEN:
+    if not 0 <= v <= MAX_TOKEN_ID:
         where = "" if index is None else f"element {index} "
-        raise ValueError(f"{arg}: {where}must be in [0, {MAX_TOKEN}], got {v}")
+        raise ValueError(f"{arg}: {where}must be in [0, {MAX_TOKEN_ID}], got {v}")
     return v
 
 
 def _check_capacity(capacity: int) -> int:
-    if not 1 <= capacity <= MAX_NODES_LIMIT:
-        raise ValueError(f"capacity: must be in [1, {MAX_NODES_LIMIT}], got {capacity}")
+    if not 1 <= capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity: must be in [1, {MAX_CAPACITY}], got {capacity}")
     return capacity
 
 
@@ -488,7 +491,7 @@ class Automaton:
         Args:
             root: the root token id, in ``[0, 2**32 - 1]``.
             capacity: most distinct nodes in the tree, **the root included**, in
-                ``[1, 2**31 - 1]`` (the draft tree's capacity C).
+                ``[1, MAX_CAPACITY]`` = ``[1, 4096]`` (the draft tree's capacity C).
 
         Returns:
             Paths (lists of token ids), each starting with ``root``, depth-first, children

@@ -113,7 +113,7 @@ def check_observe(token_ids: Any, topk_ids: Any, vocab_size: int, k: int) -> tup
     if rows != n or cols < k:
         raise ValueError(
             f"topk_ids: expected shape (n, k') with n = len(token_ids) = {n} and "
-            f"k' >= breadth = {k}, got ({rows}, {cols})"
+            f"k' >= k = {k}, got ({rows}, {cols})"
         )
     # We keep only the first k columns; the rest may hold anything.
     kept = topk[:, : k]
@@ -131,6 +131,26 @@ def check_observe(token_ids: Any, topk_ids: Any, vocab_size: int, k: int) -> tup
     return tokens, kept
 
 
+def check_table_size(vocab_size: int, k: int, k_arg: str = "k") -> None:
+    """Check the sizes of a ``[vocab_size, k]`` table (ints already); ``k_arg`` is the name
+    the caller gave ``k`` (a table's ``"k"``, a drafter's ``"breadth"``), so that the
+    message names the caller's argument (the Rust core's ``CopyLogitTable::check_params``).
+
+    Raises:
+        ValueError: ``vocab_size < 1``, ``k`` outside ``[1, vocab_size]``, or
+            ``vocab_size * k > MAX_TABLE_ENTRIES``.
+    """
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
+    if not 1 <= k <= vocab_size:
+        raise ValueError(f"{k_arg}: must be in [1, vocab_size] = [1, {vocab_size}], got {k}")
+    if vocab_size * k > MAX_TABLE_ENTRIES:
+        raise ValueError(
+            f"vocab_size: vocab_size * {k_arg} = {vocab_size} * {k} exceeds the table "
+            f"limit of {MAX_TABLE_ENTRIES} entries"
+        )
+
+
 class CopyLogitTable:
     """Dense ``[vocab_size, k]`` copy-logit table with a per-row ``seen`` flag.
 
@@ -145,16 +165,8 @@ class CopyLogitTable:
 
     def __init__(self, vocab_size: int, k: int) -> None:
         # Validate before allocating anything (floats and bools: TypeError).
-        vocab_size, k = int_value(vocab_size, "vocab_size"), int_value(k, "breadth")
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
-        if not 1 <= k <= vocab_size:
-            raise ValueError(f"breadth: must be in [1, vocab_size] = [1, {vocab_size}], got {k}")
-        if vocab_size * k > MAX_TABLE_ENTRIES:
-            raise ValueError(
-                f"vocab_size: vocab_size * breadth = {vocab_size} * {k} exceeds the table "
-                f"limit of {MAX_TABLE_ENTRIES} entries"
-            )
+        vocab_size, k = int_value(vocab_size, "vocab_size"), int_value(k, "k")
+        check_table_size(vocab_size, k, "k")
         self.vocab_size = int(vocab_size)
         self.k = int(k)
         # The ids themselves: one row per token. np.zeros is lazy (calloc), so a large

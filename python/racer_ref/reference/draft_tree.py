@@ -40,17 +40,15 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from racer_ref.reference.automaton import int_value
+from racer_ref.reference.automaton import MAX_CAPACITY, MAX_TOKEN_ID, int_value
 from racer_ref.reference.copy_logit import CopyLogitTable, as_int_array
 from racer_ref.reference.logits_tree import grow_logits_tree
 from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree  # noqa: F401
 
-#: Largest accepted capacity (tokens per verify pass; the paper uses 64). The attention
-#: mask has ``capacity ** 2`` entries, so this also bounds memory. Same limit in Rust.
-MAX_CAPACITY = 4096
-
-#: Token ids are 32-bit in the Rust core; without a vocabulary we only check this range.
-MAX_TOKEN_ID = 2**32 - 1
+# MAX_CAPACITY (4096): the largest accepted capacity (tokens per verify pass; the paper
+# uses 64). The attention mask has ``capacity ** 2`` entries, so this also bounds memory.
+# MAX_TOKEN_ID (2**32 - 1): token ids are 32-bit; without a vocabulary we only check this
+# range. Both are defined once, in ``automaton`` (as in the Rust core's lib.rs).
 
 
 def check_capacity(capacity: Any) -> int:
@@ -225,10 +223,10 @@ def build_draft_tree(
     paths = [[_check_token("retrieval_paths", t, vocab_size) for t in p] for p in retrieval_paths]
     topk: Optional[list[int]] = None
     if root_topk is not None and table is not None:
-        ids = as_int_array(root_topk, "last_topk", 1).tolist()
-        topk = [_check_token("last_topk", t, vocab_size) for t in ids]
+        ids = as_int_array(root_topk, "root_topk", 1).tolist()
+        topk = [_check_token("root_topk", t, vocab_size) for t in ids]
         if len(topk) < table.k:
-            raise ValueError(f"last_topk: expected at least breadth = {table.k} ids, got {len(topk)}")
+            raise ValueError(f"root_topk: expected at least k = {table.k} ids, got {len(topk)}")
     for p in paths:
         if not p:
             raise ValueError("retrieval_paths: empty path")

@@ -38,6 +38,7 @@ from racer_ref.reference.copy_logit import (
     CopyLogitTable,
     as_int_array,
     check_observe,
+    check_table_size,
     check_token_id,
     check_token_ids,
 )
@@ -137,6 +138,7 @@ class Drafter:
         self.method = method
         # The table checks vocab_size and breadth. Its numpy array is allocated lazily,
         # so building it just to validate costs nothing for methods that do not use it.
+        check_table_size(vocab_size, breadth, "breadth")
         table = CopyLogitTable(vocab_size, breadth)
         self.capacity = check_capacity(capacity)
         automaton = Automaton(max_nodes=max_nodes, ngram=ngram, min_border_depth=min_border_depth)

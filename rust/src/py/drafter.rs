@@ -5,21 +5,25 @@
 //! copy. A draft tree leaves as a tuple of six new numpy arrays; `racer_ref.Drafter`
 //! wraps the tuple into a `DraftTree`.
 
+use std::sync::Mutex;
+
 use numpy::ndarray::ArrayView2;
 use numpy::{
     PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods, ToPyArray,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::int_value;
+use super::{int_or_default, int_value, lock, type_name};
 
 use crate::copy_logit::CopyLogitTable;
-use crate::draft_tree::{FlatTree, TreeBuilder, MAX_CAPACITY};
+use crate::draft_tree::{check_tree_token, FlatTree, TreeBuilder};
 use crate::drafter::{Drafter, DrafterConfig, Method};
+use crate::error::Error;
+use crate::{check_capacity, TokenId, MAX_CAPACITY};
 
 static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -59,7 +63,11 @@ impl IntArg<'_> {
 /// Convert `obj` to an integer array with `ndim` dimensions. Errors: `ValueError` for the
 /// wrong number of dimensions, `TypeError` for a non-integer dtype (an empty input passes:
 /// `[]` is float64 in numpy).
-fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<IntArg<'py>> {
+fn int_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    arg: &'static str,
+    ndim: usize,
+) -> PyResult<IntArg<'py>> {
     let py = obj.py();
     let arr: Bound<'py, PyUntypedArray> = match obj.cast::<PyUntypedArray>() {
         Ok(a) => a.clone(),
@@ -70,31 +78,26 @@ fn int_array<'py>(obj: &Bound<'py, PyAny>, arg: &str, ndim: usize) -> PyResult<I
                 .call1((obj,))
                 .map_err(|e| {
                     if e.is_instance_of::<PyValueError>(py) {
-                        PyValueError::new_err(format!(
-                            "{arg}: not an array of ids ({})",
-                            e.value(py)
-                        ))
+                        let msg = format!("not an array of ids ({})", e.value(py));
+                        Error::value(arg, msg).into()
                     } else {
                         e
                     }
                 })?
                 .cast_into::<PyUntypedArray>()
-                .map_err(|_| PyTypeError::new_err(format!("{arg}: expected an integer array")))?
+                .map_err(|_| Error::type_(arg, "expected an integer array"))?
         }
     };
     let shape = arr.shape().to_vec();
     if shape.len() != ndim {
-        return Err(PyValueError::new_err(format!(
-            "{arg}: expected a {ndim}-D array, got shape {}",
-            fmt_shape(&shape)
-        )));
+        let msg = format!("expected a {ndim}-D array, got shape {}", fmt_shape(&shape));
+        return Err(Error::value(arg, msg).into());
     }
     let dtype = arr.dtype();
     let kind = dtype.kind();
     if !arr.is_empty() && kind != b'i' && kind != b'u' {
-        return Err(PyTypeError::new_err(format!(
-            "{arg}: expected integer token ids, got dtype {dtype}"
-        )));
+        let msg = format!("expected integer token ids, got dtype {dtype}");
+        return Err(Error::type_(arg, msg).into());
     }
     // uint64 values above i64::MAX would wrap to negative ids in a cast; they are outside
     // every vocabulary, so they saturate to i64::MAX and are reported as out of range.
@@ -179,15 +182,25 @@ fn observe_args<'py>(
 
 /// The `token` argument of a row lookup: an int (`TypeError` otherwise); `None` when it
 /// cannot be a row (negative or beyond u32), which reads as an empty row.
-fn row_index(token: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
-    Ok(u32::try_from(int_value(token, "token", None)?).ok())
+fn row_index(token: &Bound<'_, PyAny>) -> PyResult<Option<TokenId>> {
+    Ok(TokenId::try_from(int_value(token, "token", None)?).ok())
 }
 
-/// Dense `[vocab_size, k]` copy-logit table (racer-spec.md step 8). See
+/// Dense `[vocab_size, k]` copy-logit table (step 8). See
 /// `racer_ref.reference.CopyLogitTable` for the documented twin.
-#[pyclass(name = "CopyLogitTable", module = "racer_ref._core")]
+#[pyclass(name = "CopyLogitTable", module = "racer_ref._core", frozen)]
 pub struct PyCopyLogitTable {
-    inner: CopyLogitTable,
+    /// The core table, one call at a time (see [`lock`]).
+    inner: Mutex<CopyLogitTable>,
+    // The sizes never change: read without the lock.
+    vocab_size: usize,
+    k: usize,
+}
+
+impl PyCopyLogitTable {
+    fn table(&self) -> PyResult<std::sync::MutexGuard<'_, CopyLogitTable>> {
+        lock(&self.inner, "CopyLogitTable")
+    }
 }
 
 #[pymethods]
@@ -195,70 +208,77 @@ impl PyCopyLogitTable {
     #[new]
     fn new(vocab_size: &Bound<'_, PyAny>, k: &Bound<'_, PyAny>) -> PyResult<Self> {
         let vocab_size = int_value(vocab_size, "vocab_size", None)?;
-        let k = int_value(k, "breadth", None)?;
+        let k = int_value(k, "k", None)?;
+        let table = CopyLogitTable::new(vocab_size, k)?;
         Ok(PyCopyLogitTable {
-            inner: CopyLogitTable::new(vocab_size, k)?,
+            vocab_size: table.vocab_size(),
+            k: table.k(),
+            inner: Mutex::new(table),
         })
     }
 
     /// Number of token ids (rows).
     #[getter]
     fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
+        self.vocab_size
     }
 
     /// Ids kept per row.
     #[getter]
     fn k(&self) -> usize {
-        self.inner.k()
+        self.k
     }
 
     /// Rows written since the last reset.
     #[getter]
-    fn num_seen(&self) -> usize {
-        self.inner.num_seen()
+    fn num_seen(&self) -> PyResult<usize> {
+        Ok(self.table()?.num_seen())
     }
 
     /// Write `table[token_ids[i]] = topk_ids[i, :k]`; see the twin's docstring.
-    fn observe(
-        &mut self,
-        token_ids: &Bound<'_, PyAny>,
-        topk_ids: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self.inner.observe(tokens.values(), topk.values(), shape)?)
+        Ok(self
+            .table()?
+            .observe(tokens.values(), topk.values(), shape)?)
     }
 
     /// Row `token` as a list (empty if never seen or outside the vocabulary).
-    fn row(&self, token: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    fn row(&self, token: &Bound<'_, PyAny>) -> PyResult<Vec<TokenId>> {
         Ok(match row_index(token)? {
-            Some(t) => self.inner.row(t).to_vec(),
+            Some(t) => self.table()?.row(t).to_vec(),
             None => Vec::new(),
         })
     }
 
     /// Whether row `token` has been written.
     fn is_seen(&self, token: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(row_index(token)?.is_some_and(|t| self.inner.is_seen(t)))
+        Ok(match row_index(token)? {
+            Some(t) => self.table()?.is_seen(t),
+            None => false,
+        })
     }
 
     /// Forget every row.
-    fn reset(&mut self) {
-        self.inner.reset();
+    fn reset(&self) -> PyResult<()> {
+        self.table()?.reset();
+        Ok(())
     }
 
     fn __repr__(&self) -> String {
+        let seen = match self.inner.try_lock() {
+            Ok(t) => t.num_seen().to_string(),
+            Err(_) => "(in use)".to_string(),
+        };
         format!(
-            "CopyLogitTable(vocab_size={}, k={}, num_seen={})",
-            self.inner.vocab_size(),
-            self.inner.k(),
-            self.inner.num_seen()
+            "CopyLogitTable(vocab_size={}, k={}, num_seen={seen})",
+            self.vocab_size, self.k
         )
     }
 }
 
-/// Build one draft tree (spec steps 2-4) from retrieval paths and an optional copy-logit
+/// Build one draft tree (steps 2-4) from retrieval paths and an optional copy-logit
 /// table; returns the six `DraftTree` arrays. See `racer_ref.reference.build_draft_tree`.
 #[pyfunction]
 #[pyo3(signature = (root, capacity, retrieval_paths=None, table=None, root_topk=None))]
@@ -270,41 +290,35 @@ fn build_draft_tree<'py>(
     table: Option<PyRef<'py, PyCopyLogitTable>>,
     root_topk: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let tab = table.as_ref().map(|t| &t.inner);
-    // Token ids: [0, vocab_size) with a table, the u32 range without one.
-    let high = tab.map_or(u32::MAX as i64 + 1, |t| t.vocab_size() as i64);
-    let check = |arg: &str, v: i64| -> PyResult<u32> {
-        if (0..high).contains(&v) {
-            Ok(v as u32)
-        } else {
-            Err(PyValueError::new_err(format!(
-                "{arg}: token id {v} is outside [0, {high})"
-            )))
-        }
+    // The table is locked for the whole build: its rows are read by the logits tree.
+    let guard = table.as_ref().map(|t| t.table()).transpose()?;
+    let tab = guard.as_deref();
+    // Token ids: [0, vocab_size) with a table, the u32 range without one (the core's
+    // check). Read and checked one by one, in the twin's order.
+    let vocab = tab.map(CopyLogitTable::vocab_size);
+    let token = |arg: &'static str, obj: &Bound<'py, PyAny>| -> PyResult<TokenId> {
+        Ok(check_tree_token(arg, int_value(obj, arg, None)?, vocab)?)
     };
-    let root = check("root", int_value(root, "root", None)?)?;
-    let capacity = crate::draft_tree::check_capacity(int_value(capacity, "capacity", None)?)?;
-    let mut paths: Vec<Vec<u32>> = Vec::new();
+    let root = token("root", root)?;
+    let capacity = check_capacity(int_value(capacity, "capacity", None)?)?;
+    let mut paths: Vec<Vec<TokenId>> = Vec::new();
     if let Some(rp) = retrieval_paths {
         for p in rp.try_iter()? {
-            let p = p?;
-            let mut path = Vec::new();
-            for t in p.try_iter()? {
-                path.push(check(
-                    "retrieval_paths",
-                    int_value(&t?, "retrieval_paths", None)?,
-                )?);
-            }
+            let path = p?
+                .try_iter()?
+                .map(|t| token("retrieval_paths", &t?))
+                .collect::<PyResult<_>>()?;
             paths.push(path);
         }
     }
-    let mut topk: Option<Vec<u32>> = None;
+    // root_topk is read only with a table (without one there is no logits tree).
+    let mut topk: Option<Vec<TokenId>> = None;
     if let (Some(rt), Some(_)) = (root_topk, tab) {
-        let arr = int_array(rt, "last_topk", 1)?;
+        let arr = int_array(rt, "root_topk", 1)?;
         let ids = arr
             .values()
             .iter()
-            .map(|&v| check("last_topk", v))
+            .map(|&v| Ok(check_tree_token("root_topk", v, vocab)?))
             .collect::<PyResult<_>>()?;
         topk = Some(ids);
     }
@@ -315,16 +329,25 @@ fn build_draft_tree<'py>(
 
 /// One drafter per method (`racer`, `retrieval`, `logits`, `logits-last`, `pld`, `ar`).
 /// `racer_ref.Drafter(backend="rust")` wraps it; see that class for the documentation.
-#[pyclass(name = "Drafter", module = "racer_ref._core")]
+#[pyclass(name = "Drafter", module = "racer_ref._core", frozen)]
 pub struct PyDrafter {
-    inner: Drafter,
+    /// The core drafter, one call at a time (see [`lock`]).
+    inner: Mutex<Drafter>,
+    /// Its configuration, which never changes: read without the lock.
+    config: DrafterConfig,
+}
+
+impl PyDrafter {
+    fn drafter(&self) -> PyResult<std::sync::MutexGuard<'_, Drafter>> {
+        lock(&self.inner, "Drafter")
+    }
 }
 
 #[pymethods]
 impl PyDrafter {
     /// Kinds first (method a str, every size an int, `TypeError`), then ranges
-    /// (`ValueError`), in the twin's order. `None` for an argument means its default, as
-    /// in `Automaton` (`vocab_size` has none: it is required).
+    /// (`ValueError`, checked by the core), in the twin's order. `None` for an argument
+    /// means its default, as in `Automaton` (`vocab_size` has none: it is required).
     #[new]
     #[pyo3(signature = (method=None, vocab_size=None, capacity=None, breadth=None, ngram=None,
                         max_nodes=None, min_border_depth=None))]
@@ -346,31 +369,25 @@ impl PyDrafter {
             Some(m) => match m.cast::<PyString>() {
                 Ok(name) => name.to_cow()?.parse()?,
                 Err(_) => {
-                    let name = m.get_type().name()?;
-                    return Err(PyTypeError::new_err(format!(
-                        "method: must be a str, got {name}"
-                    )));
+                    let msg = format!("must be a str, got {}", type_name(m));
+                    return Err(Error::type_("method", msg).into());
                 }
             },
         };
         let vocab_size = match vocab_size {
             Some(v) if !v.is_none() => int_value(v, "vocab_size", None)?,
             _ => {
-                return Err(PyTypeError::new_err(
-                    "vocab_size: required (the target model's vocabulary size)",
-                ))
+                let msg = "required (the target model's vocabulary size)";
+                return Err(Error::type_("vocab_size", msg).into());
             }
-        };
-        let get = |v: Option<&Bound<'_, PyAny>>, arg, default| {
-            v.map_or(Ok(default), |v| int_value(v, arg, None))
         };
         let defaults = DrafterConfig::new(method, vocab_size);
         let config = DrafterConfig {
-            capacity: get(capacity, "capacity", defaults.capacity)?,
-            breadth: get(breadth, "breadth", defaults.breadth)?,
-            ngram: get(ngram, "ngram", defaults.ngram)?,
-            max_nodes: get(max_nodes, "max_nodes", defaults.max_nodes)?,
-            min_border_depth: get(
+            capacity: int_or_default(capacity, "capacity", defaults.capacity)?,
+            breadth: int_or_default(breadth, "breadth", defaults.breadth)?,
+            ngram: int_or_default(ngram, "ngram", defaults.ngram)?,
+            max_nodes: int_or_default(max_nodes, "max_nodes", defaults.max_nodes)?,
+            min_border_depth: int_or_default(
                 min_border_depth,
                 "min_border_depth",
                 defaults.min_border_depth,
@@ -378,86 +395,83 @@ impl PyDrafter {
             ..defaults
         };
         Ok(PyDrafter {
-            inner: Drafter::new(config)?,
+            inner: Mutex::new(Drafter::new(config.clone())?),
+            config,
         })
     }
 
     /// The method name.
     #[getter]
     fn method(&self) -> &'static str {
-        self.inner.config().method.name()
+        self.config.method.name()
     }
 
     #[getter]
     fn vocab_size(&self) -> i64 {
-        self.inner.config().vocab_size
+        self.config.vocab_size
     }
 
     #[getter]
     fn capacity(&self) -> i64 {
-        self.inner.config().capacity
+        self.config.capacity
     }
 
     #[getter]
     fn breadth(&self) -> i64 {
-        self.inner.config().breadth
+        self.config.breadth
     }
 
     #[getter]
     fn ngram(&self) -> i64 {
-        self.inner.config().ngram
+        self.config.ngram
     }
 
     #[getter]
     fn max_nodes(&self) -> i64 {
-        self.inner.config().max_nodes
+        self.config.max_nodes
     }
 
     /// Tokens committed since the last reset.
     #[getter]
-    fn num_committed(&self) -> usize {
-        self.inner.num_committed()
+    fn num_committed(&self) -> PyResult<usize> {
+        Ok(self.drafter()?.num_committed())
     }
 
     /// Trie nodes in the drafter's automaton (root excluded); 0 without an automaton.
     #[getter]
-    fn automaton_nodes(&self) -> usize {
-        self.inner.automaton().map_or(0, |a| a.len())
+    fn automaton_nodes(&self) -> PyResult<usize> {
+        Ok(self.drafter()?.automaton().map_or(0, |a| a.len()))
     }
 
     /// Copy-logit update: `token_ids` (n,) ints, `topk_ids` (n, k' >= breadth) ints.
-    fn observe(
-        &mut self,
-        token_ids: &Bound<'_, PyAny>,
-        topk_ids: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self.inner.observe(tokens.values(), topk.values(), shape)?)
+        Ok(self
+            .drafter()?
+            .observe(tokens.values(), topk.values(), shape)?)
     }
 
     /// Commit output tokens: `token_ids` (n,) ints.
-    fn commit(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn commit(&self, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = int_array(token_ids, "token_ids", 1)?;
-        Ok(self.inner.commit(tokens.values())?)
+        Ok(self.drafter()?.commit(tokens.values())?)
     }
 
     /// Build this step's draft tree; returns the six `DraftTree` arrays as a tuple.
     #[pyo3(signature = (root, last_topk=None))]
     fn draft<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         root: &Bound<'py, PyAny>,
         last_topk: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let root = int_value(root, "root", None)?;
-        let flat = match last_topk {
-            Some(rt) => {
-                let arr = int_array(rt, "last_topk", 1)?;
-                self.inner.draft(root, Some(arr.values()))?
-            }
-            None => self.inner.draft(root, None)?,
-        };
+        let last_topk = last_topk
+            .map(|rt| int_array(rt, "last_topk", 1))
+            .transpose()?;
+        let mut drafter = self.drafter()?;
+        let flat = drafter.draft(root, last_topk.as_ref().map(IntArg::values))?;
         tree_to_py(py, flat)
     }
 
@@ -467,7 +481,9 @@ impl PyDrafter {
         py: Python<'py>,
         token: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let row: &[u32] = match (self.inner.table(), row_index(token)?) {
+        let token = row_index(token)?;
+        let drafter = self.drafter()?;
+        let row: &[TokenId] = match (drafter.table(), token) {
             (Some(t), Some(tok)) => t.row(tok),
             _ => &[],
         };
@@ -475,12 +491,13 @@ impl PyDrafter {
     }
 
     /// Forget the automaton, the copy-logit table and the history.
-    fn reset(&mut self) {
-        self.inner.reset();
+    fn reset(&self) -> PyResult<()> {
+        self.drafter()?.reset();
+        Ok(())
     }
 
     fn __repr__(&self) -> String {
-        let c = self.inner.config();
+        let c = &self.config;
         format!(
             "Drafter(method='{}', vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={})",
             c.method.name(),

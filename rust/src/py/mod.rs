@@ -1,8 +1,22 @@
-//! PyO3 wrappers: the `racer_ref._core` extension module. Thin by design: every wrapper
-//! converts arguments, calls the pure-Rust core and maps `crate::error::Error` to a Python
-//! exception. No algorithm lives here.
+//! PyO3 wrappers: the `racer_ref._core` extension module. Thin by design: a wrapper turns
+//! Python objects into Rust values, calls the core (which validates) and turns the result
+//! back. Every message a Python user reads about a bad argument comes from an
+//! [`Error`] through the one bridge below, whether the core found it (a range) or the
+//! conversion did (a float where an int belongs). No algorithm lives here.
+//!
+//! Threads: each class keeps its core object in a `Mutex` (the classes are `frozen`, so
+//! PyO3 does no borrow tracking of its own). A call first converts its arguments, which
+//! may run Python code (numpy, a generator), without the lock; then it takes the lock with
+//! `try_lock` only around the core's work, which runs no Python code. Under the GIL, calls
+//! from several threads on one object are therefore serialised, each one whole. A call
+//! that finds the lock taken anyway (a free-threaded interpreter, or Python code such as a
+//! garbage-collector callback running while the core works) is refused at once with a
+//! `RuntimeError` that says the object is in use, never a wait, a panic or PyO3's bare
+//! "Already borrowed".
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
@@ -21,6 +35,33 @@ impl From<Error> for PyErr {
     }
 }
 
+/// Lock the core object of a `class` instance for one call, or refuse the call at once.
+///
+/// Errors: `RuntimeError` when another call holds the lock; `RuntimeError` when an earlier
+/// call panicked while holding it (the core never panics on input, so that would be a bug;
+/// the object is then not trusted again).
+pub(crate) fn lock<'a, T>(inner: &'a Mutex<T>, class: &str) -> PyResult<MutexGuard<'a, T>> {
+    inner.try_lock().map_err(|e| match e {
+        TryLockError::WouldBlock => PyRuntimeError::new_err(format!(
+            "{class}: in use by another call (from another thread, or from Python code that \
+             runs inside that call, such as a garbage-collector callback); one {class} serves \
+             one call at a time: give each thread its own, or serialise the calls with a lock"
+        )),
+        TryLockError::Poisoned(_) => PyRuntimeError::new_err(format!(
+            "{class}: unusable, an earlier call failed inside the Rust core (please report \
+             this bug); create a new {class}"
+        )),
+    })
+}
+
+/// The Python type name of `obj`, for messages.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
 /// "element 3 " inside messages about sequences, "" for scalars.
 fn element(index: Option<usize>) -> String {
     index.map_or_else(String::new, |i| format!("element {i} "))
@@ -35,29 +76,34 @@ pub(crate) fn int_value(
     index: Option<usize>,
 ) -> PyResult<i64> {
     let type_error = || {
-        let name = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!(
-            "{arg}: {}must be an int, got {name}",
-            element(index)
-        ))
+        let what = element(index);
+        Error::type_(arg, format!("{what}must be an int, got {}", type_name(obj)))
     };
+    // bool is an int subclass in Python; the twin refuses it, so do we.
     if obj.is_instance_of::<PyBool>() {
-        return Err(type_error());
+        return Err(type_error().into());
     }
     match obj.extract::<i64>() {
         Ok(v) => Ok(v),
         Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
             let shown = obj.str().map(|s| s.to_string()).unwrap_or_default();
-            Err(PyValueError::new_err(format!(
-                "{arg}: {}is out of range, got {shown}",
-                element(index)
-            )))
+            let what = element(index);
+            Err(Error::value(arg, format!("{what}is out of range, got {shown}")).into())
         }
-        Err(_) => Err(type_error()),
+        Err(_) => Err(type_error().into()),
+    }
+}
+
+/// `None` or a missing argument means `default`, as in the twin; anything else is read by
+/// [`int_value`].
+pub(crate) fn int_or_default(
+    obj: Option<&Bound<'_, PyAny>>,
+    arg: &'static str,
+    default: i64,
+) -> PyResult<i64> {
+    match obj {
+        Some(v) if !v.is_none() => int_value(v, arg, None),
+        _ => Ok(default),
     }
 }
 
