@@ -206,3 +206,137 @@ def double_interrupt_automaton() -> List[str]:
         a.extend(stream(2, 20, 3))
     failures += compare_automata(victim, fresh, "after reset()")
     return failures
+
+
+def drafter_state(d) -> tuple:
+    """Everything a twin Drafter holds, comparable with ==."""
+    automaton = None if d.automaton is None else (d.automaton.dump(), d.automaton.stats())
+    table = None if d.table is None else (d.table.ids.tolist(), d.table.seen.tolist())
+    return automaton, table, list(d.history), d.num_committed
+
+
+def sweep_drafter(method: str, stride: int = 1) -> List[str]:
+    """Interrupt the twin Drafter's ``observe``, ``commit`` and ``reset`` at every line.
+
+    After each interrupt the drafter equals an uninterrupted one that never saw the call
+    (``reset``: that saw it, if it started), and the next drafts are the same.
+    """
+    import numpy as np
+
+    from racer_ref.reference.drafter import Drafter
+
+    failures: List[str] = []
+    vocab = 6
+    context = np.array(stream(7, 30, 4))
+    topk = np.array([stream(8 + i, 2, vocab) for i in range(30)])
+    calls = {
+        "observe": lambda d: d.observe(context[:12], topk[:12]),
+        "commit": lambda d: d.commit(context[:5]),
+        "reset": lambda d: d.reset(),
+    }
+    for name, call in calls.items():
+        n = 1
+        while True:
+            drafters = [Drafter(method, vocab_size=vocab, capacity=8, breadth=2, ngram=4, max_nodes=12)
+                        for _ in range(2)]
+            for d in drafters:
+                d.observe(context, topk)
+                d.commit(context)
+            victim, twin = drafters
+            fired = interrupt_at_line(n, lambda: call(victim))
+            where = f"{method}: {name} interrupted at line {n}" if fired else f"{method}: {name} completed"
+            if not fired or (name == "reset" and victim._torn):
+                if name == "reset" and fired:
+                    try:
+                        victim.draft(1)
+                        failures.append(f"{where}: a torn drafter accepted draft()")
+                    except RuntimeError as error:
+                        if "reset()" not in str(error):
+                            failures.append(f"{where}: unclear error {error}")
+                    victim.reset()
+                call(twin)
+            if drafter_state(victim) != drafter_state(twin):
+                failures.append(f"{where}: state differs from an uninterrupted drafter")
+            for d in drafters:
+                d.commit(context[:3])
+            if victim.draft(2).tokens.tolist() != twin.draft(2).tokens.tolist():
+                failures.append(f"{where}: the next draft differs")
+            if not fired:
+                break
+            n += stride
+    return failures
+
+
+def double_interrupt_drafter() -> List[str]:
+    """A second interrupt during the twin Drafter's rollback: every later call names
+    ``reset()``, and ``reset()`` recovers; the same for the copy-logit table."""
+    import numpy as np
+
+    from racer_ref.reference.copy_logit import CopyLogitTable
+    from racer_ref.reference.drafter import Drafter
+
+    from racer_ref.reference.lru import RecencyList
+
+    failures: List[str] = []
+    original = RecencyList.restore
+
+    def failing_restore(self, snapshot):
+        raise KeyboardInterrupt("second Ctrl-C, during the rollback")
+
+    d = Drafter("racer", vocab_size=6, capacity=8, breadth=2, ngram=4, max_nodes=12)
+    d.commit(stream(0, 30, 4))
+    RecencyList.restore = failing_restore  # type: ignore[method-assign]
+    try:
+        interrupt_at_line(600, lambda: d.commit([1, 2, 3, 1, 2, 3]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        RecencyList.restore = original  # type: ignore[method-assign]
+    if not d._torn:
+        return ["double interrupt (drafter): not set up as intended (not torn)"]
+    for name, call in (("draft", lambda: d.draft(1)), ("commit", lambda: d.commit([1])),
+                       ("observe", lambda: d.observe([1], [[2, 3]])), ("table_row", lambda: d.table_row(1)),
+                       ("automaton_nodes", lambda: d.automaton_nodes)):
+        try:
+            call()
+            failures.append(f"double interrupt (drafter): {name} worked on a torn drafter")
+        except RuntimeError as error:
+            if "reset()" not in str(error):
+                failures.append(f"double interrupt (drafter): {name} error does not name reset(): {error}")
+    d.reset()
+    fresh = Drafter("racer", vocab_size=6, capacity=8, breadth=2, ngram=4, max_nodes=12)
+    for x in (d, fresh):
+        x.commit(stream(3, 20, 4))
+    if drafter_state(d) != drafter_state(fresh) or d.draft(1).tokens.tolist() != fresh.draft(1).tokens.tolist():
+        failures.append("double interrupt (drafter): reset() did not give a fresh drafter")
+
+    # The table: interrupt the first write, then the putting back of the old rows.
+    table = CopyLogitTable(6, 2)
+    table.observe([1, 2], [[3, 4], [5, 0]])
+    old_ids = table.ids
+
+    class Failing(np.ndarray):
+        writes = 0
+
+        def __setitem__(self, key, value):
+            Failing.writes += 1
+            if Failing.writes in (1, 2):
+                raise KeyboardInterrupt(f"write {Failing.writes}")
+            super().__setitem__(key, value)
+
+    table.ids = old_ids.view(Failing)
+    try:
+        table.observe([1, 3], [[0, 1], [2, 2]])
+    except KeyboardInterrupt:
+        pass
+    table.ids = old_ids
+    try:
+        table.row(1)
+        failures.append("double interrupt (table): row() worked on a torn table")
+    except RuntimeError as error:
+        if "reset()" not in str(error):
+            failures.append(f"double interrupt (table): error does not name reset(): {error}")
+    table.reset()
+    if table.row(1) != [] or table.num_seen != 0:
+        failures.append("double interrupt (table): reset() did not empty the table")
+    return failures

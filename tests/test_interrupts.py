@@ -47,9 +47,20 @@ def test_the_sweeps_also_hold_under_python_O() -> None:
     code = (
         "import interrupts as t\n"
         "f = t.sweep_automaton_extend(stride=3) + t.sweep_automaton_queries(stride=5)\n"
-        "f += t.double_interrupt_automaton()\n"
+        "f += t.double_interrupt_automaton() + t.sweep_drafter('racer', stride=11)\n"
+        "f += t.double_interrupt_drafter()\n"
         "print('\\n'.join(f) or 'ok')\n"
         "raise SystemExit(1 if f else 0)\n"
     )
     run = subprocess.run([sys.executable, "-O", "-c", code], cwd=here, capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_drafter_operations_interrupted_at_every_line() -> None:
+    # racer: automaton + table; pld: history; logits: table only.
+    for method in ("racer", "pld", "logits"):
+        assert interrupts.sweep_drafter(method, stride=3 if method == "racer" else 1) == []
+
+
+def test_an_interrupted_drafter_rollback_is_detected_and_reset_recovers() -> None:
+    assert interrupts.double_interrupt_drafter() == []
