@@ -321,10 +321,13 @@ class Automaton:
         # Then apply, writing down how to undo each change before making it (Part 7).
         undo: UndoLog = []
         try:
+            # Set on the try's first line and cleared on its last, so that whatever line
+            # an interrupt hits, the `except` below sees it and undoes what was done.
             self._torn = True
             self._extend_logged(tokens, undo)
             self._torn = False
         except BaseException:
+            # BaseException: KeyboardInterrupt is not an Exception, and is the point here.
             self._rollback(undo)
             raise
 
@@ -737,7 +740,10 @@ class Automaton:
         is a leaf); the open windows and the matching state are alive trie nodes.
         """
         self._check_intact()
+        # First the list on its own: links that point back, ends, length.
         self._lru.check()
+        # Then list and trie together: rank 0 = head. A depth-first walk over the trie
+        # visits every node once; each must be on the list, below its parent in recency.
         rank = {node: r for r, node in enumerate(self._lru.iter())}
         count, stack = 0, [self._root]
         while stack:
@@ -753,11 +759,13 @@ class Automaton:
                 if child.depth > self.ngram:
                     raise RuntimeError(f"trie: node {child.path()} deeper than ngram")
                 stack.append(child)
+        # Every trie node is on the list and nothing else is: the counts agree.
         if not count == self._len == len(rank) <= self.max_nodes:
             raise RuntimeError(
                 f"sizes: {count} trie nodes, len() = {self._len}, {len(rank)} on the recency "
                 f"list, max_nodes = {self.max_nodes}"
             )
+        # Nothing that extend() or retrieve() will start from may point outside the trie.
         for node in [self._matching] + [w for w in self._windows if w is not None and w.alive]:
             if node is not self._root and node.parent.children.get(node.token) is not node:  # type: ignore[union-attr]
                 raise RuntimeError(f"windows: {node.path()} is not in the trie")

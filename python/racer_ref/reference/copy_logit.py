@@ -168,6 +168,8 @@ class CopyLogitTable:
         self._torn = False
 
     def _check_intact(self) -> None:
+        """Raise ``RuntimeError`` naming ``reset()`` if the table is torn (see ``observe``)."""
+        # A torn table may hold a row marked seen whose ids are half old, half new.
         if self._torn:
             raise RuntimeError(
                 "CopyLogitTable: an earlier observe() was interrupted while it was being "
@@ -227,6 +229,8 @@ class CopyLogitTable:
         # all the new rows or none of them.
         old_ids, old_seen = self.ids[rows], self.seen[rows]
         try:
+            # Two numpy writes (each one call into C, not interruptible half-way); an
+            # interrupt can only come before, between or after them.
             self.ids[rows] = new_rows
             self.seen[rows] = True
         except BaseException:

@@ -154,16 +154,20 @@ class Drafter:
         # PLD searches the committed tokens; the other methods only count them.
         self.history: list[int] = []
         self.num_committed = 0
-        # Set while an interrupted commit() or reset() may have left a mix (see commit).
+        # True while changes are in flight; left True only if an interrupted commit()
+        # could not be fully undone, or reset() itself was interrupted (see commit).
         self._torn = False
 
     def _check_intact(self) -> None:
         """Raise ``RuntimeError`` naming ``reset()`` if the drafter or its parts are torn."""
+        # Every public method starts here, after checking its arguments: a torn drafter
+        # refuses to work rather than draft from a half-updated automaton or history.
         if self._torn:
             raise RuntimeError(
-                "Drafter: an earlier commit() or reset() was interrupted while it was being "
+                "Drafter: an earlier commit() or reset() was interrupted and could not be "
                 "undone, so the drafter is inconsistent; call reset() to start afresh"
             )
+        # Its parts keep their own flags (someone may have used them directly).
         if self.automaton is not None:
             self.automaton._check_intact()
         if self.table is not None:
@@ -214,14 +218,21 @@ class Drafter:
         # Apply, logging the undo of each change before making it.
         undo: list = []
         try:
+            # First line inside the try: an interrupt before it changed nothing, and one
+            # after it is caught below.
             self._torn = True
             if self.automaton is not None:
+                # The automaton logs its own changes into *our* log, and does not roll
+                # back by itself: one log, one rollback, for all three parts.
                 self.automaton._extend_logged(tokens, undo)
             if self.method == "pld":
+                # Undo of an append: cut the history back to its old length.
                 undo.append((_truncate, (self.history, len(self.history))))
                 self.history.extend(tokens)
+            # Undo of the count: put the old value back.
             undo.append((setattr, (self, "num_committed", self.num_committed)))
             self.num_committed += len(tokens)
+            # Last line: all three parts are done.
             self._torn = False
         except BaseException:
             # Interrupted here, the flag stays set and the next call asks for reset().
@@ -302,6 +313,8 @@ class Drafter:
         Always succeeds, whatever state an interrupted call left (it rebuilds every part);
         interrupted itself, it leaves the drafter torn until the next ``reset()``.
         """
+        # No undo log here: a reset that stops half-way is finished by the next reset(),
+        # which the flag asks for. Each part's own reset() rebuilds it from scratch.
         self._torn = True
         if self.automaton is not None:
             self.automaton.reset()

@@ -100,42 +100,24 @@ class RecencyList:
     def touch(self, item: Any, undo: Optional[list] = None) -> None:
         """Make ``item`` the most recent one, adding it to the list if it is not there yet.
 
-        Unlink it from where it is (its two neighbours then point at each other), then push
-        it at the head: at most six links change, so O(1). (Written out in one function,
-        as in Rust, because the automaton calls it for every node on every path it
-        extends; ``_unlink`` and ``_push_front`` below are the same two halves, apart.)
+        Two O(1) halves: unlink it from where it is (its two neighbours then point at each
+        other), then push it at the head. At most six links change, whatever the length.
 
         ``undo``: a list to append ``(restore, (snapshot,))`` to before anything changes,
         so that the caller can take the touch back (see "Undo" below); ``None``: no log.
         """
-        head = self.head
-        if item is head:
-            # Already the most recent: nothing to do, nothing to undo.
+        if item is self.head:
+            # Already the most recent: nothing to do, nothing to undo. (Unlinking the head
+            # only to push it straight back would be wasted work.)
             return
-        newer, older = item.newer, item.older
         if undo is not None:
             # Write-ahead: the old values of everything we may change, *before* changing.
-            undo.append((self.restore, ((item, newer, older, head, self.tail, self._len),)))
-        if newer is not None:
-            # On the list and not the head: close the gap it leaves. `newer` is a real
-            # item, so only the older side can be the end of the list (the tail).
-            newer.older = older
-            if older is not None:
-                older.newer = newer
-            else:
-                self.tail = newer
-        else:
-            # Not on the list yet: it joins.
-            self._len += 1
-        # Push at the head: the item points at the old head, and the old head back at it.
-        item.newer = None
-        item.older = head
-        if head is not None:
-            head.newer = item
-        else:
-            # The list was empty: the item is the tail as well.
-            self.tail = item
-        self.head = item
+            undo.append((self.restore, (self.snapshot(item),)))
+        if item.newer is not None:
+            # On the list (it has a newer neighbour: it is not the head): close the gap.
+            self._unlink(item)
+        # Now off the list, whether it was on it or new: it joins at the head.
+        self._push_front(item)
 
     def remove(self, item: Any) -> None:
         """Take ``item`` off the list (no-op if it is not on it)."""
@@ -155,7 +137,7 @@ class RecencyList:
         return self.iter()
 
     # ----------------------------------------------------------------------------------
-    # The two primitives: every change of the list is one or both (touch has them inline).
+    # The two primitives. Every change of the list is one of them or both (touch).
     #
     #   _unlink(x):      [a] <-> [x] <-> [b]     becomes     [a] <-> [b]        x alone
     #   _push_front(x):  None <- [h] ...         becomes     None <- [x] <-> [h] ...
@@ -164,9 +146,11 @@ class RecencyList:
     def _push_front(self, item: Any) -> None:
         """Link ``item`` (not on the list) in front of the head."""
         old_head = self.head
+        # Nothing is newer than the head; the old head is the next older one.
         item.newer = None
         item.older = old_head
         if old_head is not None:
+            # ... and it points back at its new, newer neighbour.
             old_head.newer = item
         else:
             # The list was empty: the new item is the tail as well.
@@ -187,6 +171,7 @@ class RecencyList:
             older.newer = newer
         else:
             self.tail = newer
+        # Off the list: both links None (that is how contains() tells).
         item.newer = item.older = None
         self._len -= 1
 
@@ -199,6 +184,8 @@ class RecencyList:
 
     def snapshot(self, item: Any) -> Snapshot:
         """Everything ``touch(item)`` or ``remove(item)`` could change, to ``restore`` it."""
+        # Six values, O(1). The neighbours' own links need not be saved: we know what they
+        # were (they pointed at `item`), and restore() writes exactly that back.
         return (item, item.newer, item.older, self.head, self.tail, self._len)
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -208,6 +195,13 @@ class RecencyList:
         in the reverse order of the operations they were taken before.
         """
         item, newer, older, head, tail, length = snapshot
+        # Picture a touch of x stopped after its unlink, before its push:
+        #
+        #   before:   [h] <-> ... <-> [a] <-> [x] <-> [b] <-> ...      (head h)
+        #   now:      [h] <-> ... <-> [a] <-> [b] <-> ...      x alone
+        #
+        # Writing the old values back, whatever was already done, re-threads x between
+        # a and b. Each write below sets a field to what it was before the operation.
         # The item's own links, and its neighbours' links facing it.
         item.newer, item.older = newer, older
         if newer is not None:
@@ -217,6 +211,7 @@ class RecencyList:
         # A push at the head set the old head's `newer`; a head has none.
         if head is not None:
             head.newer = None
+        # And the list's own three fields (all other items' links were never touched).
         self.head, self.tail, self._len = head, tail, length
 
     # ----------------------------------------------------------------------------------
@@ -231,18 +226,22 @@ class RecencyList:
         after exactly ``len()`` items. (Plain ``if`` tests, not ``assert``: they must hold
         under ``python -O`` too.)
         """
+        # An empty list has neither end; a non-empty one has both.
         if (self.head is None) != (self.tail is None) or (self.head is None) != (self._len == 0):
             raise RuntimeError("recency list: head, tail and length disagree")
         if self.head is not None and self.head.newer is not None:
             raise RuntimeError("recency list: the head has a newer neighbour")
+        # Walk from the head to the tail along `older`, checking each `newer` on the way.
         count, item, last = 0, self.head, None
         while item is not None:
             count += 1
+            # A torn list can contain a cycle: stop after len() items instead of looping.
             if count > self._len:
                 raise RuntimeError(f"recency list: more than len() = {self._len} items (a cycle?)")
             if item.newer is not last:
                 raise RuntimeError("recency list: an item's newer link does not point back")
             last, item = item, item.older
+        # The walk must end exactly at the tail, after exactly len() items.
         if last is not self.tail or count != self._len:
             raise RuntimeError(
                 f"recency list: the walk from the head ends after {count} items, "
@@ -273,6 +272,8 @@ def _walkthrough() -> None:
     def show(lru: RecencyList) -> str:
         return "head " + " <-> ".join(map(repr, lru.iter())) + " tail" if lru.len() else "(empty)"
 
+    # Five items named like trie strings, so that "parent" means "prefix": a is the
+    # parent of ab, ab of abc, b of bc. We touch them as the automaton would, bottom-up.
     items = {name: _Item(name) for name in ("a", "ab", "abc", "b", "bc")}
     lru = RecencyList()
     print("Stage 1. Touch five items; each new one goes to the head:")
@@ -287,12 +288,15 @@ def _walkthrough() -> None:
     print("   ", show(lru))
     print("    least recent:", lru.least_recent(), "  most recent:", lru.most_recent())
 
+    # The tail is abc, then ab: each time a node without children, as the invariant says.
     print("\nStage 3. Evict the least recent item twice (a trie leaf every time):")
     for _ in range(2):
         victim = lru.least_recent()
         lru.remove(victim)
         print(f"    remove({victim!r:3})  {show(lru)}")
 
+    # What the automaton does for every touch inside extend(): keep a snapshot, and if the
+    # call is interrupted, restore it (newest first).
     print("\nStage 4. Undo: snapshot, touch, restore; the list is back as it was:")
     before = show(lru)
     snap = lru.snapshot(items["a"])
