@@ -207,6 +207,13 @@ def test_direct_method_calls_from_threads_never_corrupt(backend) -> None:
     assert d.num_committed == counts["committed"]
 
 
+def test_public_name() -> None:
+    import racer_ref
+
+    assert racer_ref.DrafterInUseError is DrafterInUseError
+    assert issubclass(DrafterInUseError, RuntimeError)
+
+
 def test_refusal_without_contention_in_a_plain_loop() -> None:
     # Single-threaded use is unchanged: no claim needed, nothing refused.
     d = Drafter(vocab_size=16, backend="python")

@@ -5,7 +5,8 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 
 * ``Automaton``: the Rust Aho-Corasick n-gram automaton (``racer_ref._core``);
   its pure-Python twin is ``racer_ref.reference.Automaton``.
-* ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree).
+* ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree);
+  ``DrafterInUseError``: a drafter called by a second thread while in use.
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
 """
 
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Automaton": "racer_ref._core",
     "Drafter": "racer_ref.drafter",
+    "DrafterInUseError": "racer_ref.drafter",
     "DraftTree": "racer_ref.reference.draft_tree",
     "generate": "racer_ref.generate",
     "GenerationResult": "racer_ref.generate",
