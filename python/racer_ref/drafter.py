@@ -140,7 +140,11 @@ class Drafter:
         )
         # One caller at a time (see "Threads"): the lock is held for one method call, or
         # for a whole claim(); _owner is the claiming thread's id, _holder says who holds it.
-        self._lock = threading.Lock()
+        # Never waited for (acquire(blocking=False)). An RLock, so that if a Ctrl-C ever
+        # lands between acquire() and the `try` that releases it, the thread that pressed
+        # it (a notebook's only thread) can still use its drafter; nesting is refused by
+        # the _owner checks, not by the lock.
+        self._lock = threading.RLock()
         self._owner: Optional[int] = None
         self._holder = ""
 
