@@ -173,6 +173,9 @@ class Pair:
 
     def check(self, capacity: int, roots: Sequence[int] = SYMBOLS, full: bool = True) -> None:
         max_nodes, ngram, min_depth = self.args
+        # The twin's own structural self-check (recency-list links, parent pointers, sizes):
+        # it sees the machinery that dump() only summarises.
+        self.python._check_invariants()
         dump = self.rust.dump()
         assert dump == self.python.dump()
         # Every counter agrees except the failure-link cache's own: the Rust core's retrieve

@@ -5,7 +5,8 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 
 * ``Automaton``: the Rust Aho-Corasick n-gram automaton (``racer_ref._core``);
   its pure-Python twin is ``racer_ref.reference.Automaton``.
-* ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree).
+* ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree);
+  ``DrafterInUseError``: a drafter called by a second thread while in use.
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
 
 The package, by folder (imports run one way: cli -> harness -> decoding -> drafter -> core):
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Automaton": "racer_ref._core",
     "Drafter": "racer_ref.drafter",
+    "DrafterInUseError": "racer_ref.drafter",
     "DraftTree": "racer_ref.tree",
     "generate": "racer_ref.decoding",
     "GenerationResult": "racer_ref.decoding",

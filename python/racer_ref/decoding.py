@@ -404,7 +404,10 @@ def generate(
             callback(list(block))
         return stopped
 
-    with torch.inference_mode():
+    # A Drafter serves one generate() call at a time: a second caller is refused at once.
+    from racer_ref.drafter import claim
+
+    with claim(drafter), torch.inference_mode():
         if streamer is not None:
             streamer.put(torch.tensor([prompt_ids]))
         done = max_new_tokens == 0

@@ -10,7 +10,10 @@ See ``racer_ref.reference.drafter`` for how every method works, and racer-spec.m
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+import functools
+import threading
+from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
 
 from racer_ref.tree import DraftTree
 
@@ -20,6 +23,37 @@ _from_arrays = DraftTree.from_arrays
 METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
 #: The two implementations.
 BACKENDS = ("rust", "python")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class DrafterInUseError(RuntimeError):
+    """A ``Drafter`` was called while another thread (or an outer ``generate()`` call) was
+    using it. One drafter serves one request at a time; see ``Drafter``, "Threads"."""
+
+
+def _one_caller(method: _F) -> _F:
+    """Run ``method`` only if no other thread is using the drafter; else refuse at once.
+
+    Inside a ``claim()`` the claiming thread calls freely (generate() calls draft, observe
+    and commit many times under one claim); any other thread gets ``DrafterInUseError``.
+    The lock is never waited for: ``acquire(blocking=False)``.
+    """
+
+    @functools.wraps(method)
+    def guarded(self: "Drafter", *args: Any, **kwargs: Any) -> Any:
+        if self._owner == threading.get_ident():
+            # This thread holds a claim (e.g. we are inside its generate() call).
+            return method(self, *args, **kwargs)
+        if not self._lock.acquire(blocking=False):
+            raise self._in_use_error()
+        try:
+            self._holder = f"a {method.__name__}() call in thread {threading.current_thread().name!r}"
+            return method(self, *args, **kwargs)
+        finally:
+            self._lock.release()
+
+    return guarded  # type: ignore[return-value]
 
 
 class Drafter:
@@ -63,6 +97,17 @@ class Drafter:
     State lifetime: one drafter holds one automaton, copy-logit table and history; use a
     new drafter (or ``reset()``) per request, or keep it across requests for the paper's
     shared mode.
+
+    Threads: a drafter serves **one caller at a time**. ``generate(..., drafter=d)`` holds
+    ``d`` for the whole call (``claim()``), because the call drafts, observes and commits
+    many times and ``d`` holds that request's state: interleaving two requests' steps
+    would mix their automata even if each step were serialised. A second thread that
+    calls ``generate()`` with ``d``, or any of ``d``'s methods, ``num_committed`` or
+    ``automaton_nodes``, while ``d`` is in use, is **refused at once** (never blocked)
+    with ``DrafterInUseError`` (a ``RuntimeError``) saying who holds it; nothing changes.
+    Give each thread its own drafter, or wait for the other call to return. The fixed
+    settings (``method``, ``vocab_size``, ``capacity``, ``breadth``, ``ngram``,
+    ``max_nodes``, ``backend``) and ``repr()`` can be read at any time.
     """
 
     def __init__(
@@ -86,36 +131,118 @@ class Drafter:
         self._impl = impl(method, vocab_size, capacity, breadth, ngram, max_nodes, min_border_depth)
         # The Rust core returns a tuple of arrays; the twin already returns a DraftTree.
         self._returns_tuple = backend == "rust"
+        # The fixed settings, read once: reading them later needs no access to the core,
+        # so it is safe while another thread uses the drafter.
+        impl_ = self._impl
+        self._settings = dict(
+            method=impl_.method, vocab_size=int(impl_.vocab_size), capacity=int(impl_.capacity),
+            breadth=int(impl_.breadth), ngram=int(impl_.ngram), max_nodes=int(impl_.max_nodes),
+        )
+        # One caller at a time (see "Threads"): the lock is held for one method call, or
+        # for a whole claim(); _owner is the claiming thread's id, _holder says who holds it.
+        # Never waited for (acquire(blocking=False)). An RLock, so that if a Ctrl-C ever
+        # lands between acquire() and the `try` that releases it, the thread that pressed
+        # it (a notebook's only thread) can still use its drafter; nesting is refused by
+        # the _owner checks, not by the lock.
+        self._lock = threading.RLock()
+        self._owner: Optional[int] = None
+        self._holder = ""
+
+    @contextlib.contextmanager
+    def claim(self, by: str = "generate()") -> Iterator["Drafter"]:
+        """Hold the drafter for a sequence of calls by this thread (one request).
+
+        ``generate()`` wraps its whole decoding loop in ``with drafter.claim():``. Inside,
+        this thread calls the drafter freely; every other thread, and a nested
+        ``claim()`` (a ``generate()`` call with this drafter from a callback, say), gets
+        ``DrafterInUseError`` at once.
+
+        Args:
+            by: who claims it, for the error message others get (e.g. ``"generate()"``).
+
+        Raises:
+            DrafterInUseError: the drafter is in use (by another thread, or already
+                claimed by this one).
+        """
+        me = threading.get_ident()
+        if self._owner == me:
+            raise DrafterInUseError(
+                f"Drafter: already in use by {self._holder}; one drafter serves one request "
+                "at a time (a callback or streamer calling generate() with the same drafter?)"
+            )
+        if not self._lock.acquire(blocking=False):
+            raise self._in_use_error()
+        try:
+            self._holder = f"{by} in thread {threading.current_thread().name!r}"
+            self._owner = me
+            yield self
+        finally:
+            self._owner = None
+            self._lock.release()
+
+    def _in_use_error(self) -> DrafterInUseError:
+        return DrafterInUseError(
+            f"Drafter: in use by {self._holder or 'another thread'}; a drafter serves one "
+            "request at a time (it holds that request's automaton, copy-logit table and "
+            "history). Give each thread its own Drafter, or call it after that call returns."
+        )
 
     @property
     def method(self) -> str:
         """The drafting method."""
-        return self._impl.method
+        return self._settings["method"]
 
     @property
     def vocab_size(self) -> int:
-        return int(self._impl.vocab_size)
+        return self._settings["vocab_size"]
 
     @property
     def capacity(self) -> int:
         """Maximum draft-tree nodes, root included."""
-        return int(self._impl.capacity)
+        return self._settings["capacity"]
 
     @property
     def breadth(self) -> int:
         """``k``: copy-logit ids per row and the root's breadth."""
-        return int(self._impl.breadth)
+        return self._settings["breadth"]
+
+    @property
+    def ngram(self) -> int:
+        """The automaton's n-gram length ``n``."""
+        return self._settings["ngram"]
+
+    @property
+    def max_nodes(self) -> int:
+        """The automaton's node budget."""
+        return self._settings["max_nodes"]
 
     @property
     def num_committed(self) -> int:
-        """Tokens committed since construction or the last ``reset()``."""
+        """Tokens committed since construction or the last ``reset()``.
+
+        Raises:
+            DrafterInUseError: another thread is using the drafter.
+        """
+        return self._num_committed()
+
+    @_one_caller
+    def _num_committed(self) -> int:
         return int(self._impl.num_committed)
 
     @property
     def automaton_nodes(self) -> int:
-        """Trie nodes in the automaton (root excluded); 0 for methods without one."""
+        """Trie nodes in the automaton (root excluded); 0 for methods without one.
+
+        Raises:
+            DrafterInUseError: another thread is using the drafter.
+        """
+        return self._automaton_nodes()
+
+    @_one_caller
+    def _automaton_nodes(self) -> int:
         return int(self._impl.automaton_nodes)
 
+    @_one_caller
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Update the copy-logit table (racer-spec.md step 8).
 
@@ -132,9 +259,11 @@ class Drafter:
         Raises:
             ValueError: wrong shapes, or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. On error nothing changes.
+            DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         self._impl.observe(token_ids, topk_ids)
 
+    @_one_caller
     def commit(self, token_ids: Any) -> None:
         """Add tokens that became output to the automaton / PLD history (spec step 9).
 
@@ -144,9 +273,11 @@ class Drafter:
         Raises:
             ValueError: not 1-D or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. On error nothing changes.
+            DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         self._impl.commit(token_ids)
 
+    @_one_caller
     def draft(self, root: int, last_topk: Any = None) -> DraftTree:
         """Build this step's draft tree (racer-spec.md steps 2-4).
 
@@ -163,17 +294,32 @@ class Drafter:
             ValueError: root or an id outside ``[0, vocab_size)``; ``last_topk`` too short,
                 or missing for ``"logits-last"``.
             TypeError: a non-integer root or dtype.
+            DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         tree = self._impl.draft(root, last_topk)
         return _from_arrays(tree) if self._returns_tuple else tree
 
+    @_one_caller
     def table_row(self, token: int) -> list[int]:
         """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""
         return list(self._impl.table_row(token))
 
+    @_one_caller
     def reset(self) -> None:
-        """Forget the automaton, the copy-logit table and the history."""
+        """Forget the automaton, the copy-logit table and the history.
+
+        Raises:
+            DrafterInUseError: another thread is using the drafter (see "Threads").
+        """
         self._impl.reset()
 
     def __repr__(self) -> str:
-        return f"{self._impl!r}"[:-1] + f", backend={self.backend!r})"
+        # From the fixed settings only, so that repr() works while the drafter is in use.
+        settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
+        return f"Drafter({settings}, backend={self.backend!r})"
+
+
+def claim(drafter: Any, by: str = "generate()") -> ContextManager[Any]:
+    """``drafter.claim(by)`` for a ``Drafter``; a context that does nothing for ``None`` or
+    any other drafter object (one that brings its own draft/observe/commit)."""
+    return drafter.claim(by) if isinstance(drafter, Drafter) else contextlib.nullcontext()

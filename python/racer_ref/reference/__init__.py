@@ -20,6 +20,7 @@ _LAZY = {
     "DraftTree": "racer_ref.reference.draft_tree",
     "build_draft_tree": "racer_ref.reference.draft_tree",
     "Drafter": "racer_ref.reference.drafter",
+    "RecencyList": "racer_ref.reference.lru",
 }
 
 __all__ = sorted(_LAZY)

@@ -13,6 +13,10 @@ API (shared with ``racer_ref.Automaton``):
 * ``borders(root) -> list[list[int]]``: the borders' strings, longest first.
 * ``reset()``, ``len()`` / ``len(a)``, ``stats() -> dict``, ``dump() -> str``.
 
+Every public operation is all-or-nothing: an exception raised inside it, a ``KeyboardInterrupt``
+(Ctrl-C in a notebook) included, leaves the automaton exactly as it was before the call
+(Part 7). The recency list is an explicit O(1) doubly linked list, ``lru.RecencyList``.
+
 Run ``python -m racer_ref.reference.automaton`` for a walkthrough that prints each stage.
 """
 
@@ -20,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 import operator
-from collections import OrderedDict
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
+
+from racer_ref.reference.lru import RecencyList
 
 #: Largest accepted ``ngram`` (the trie's depth bound).
 MAX_NGRAM = 256
@@ -125,14 +130,18 @@ def _read_tokens(tokens: Iterable[Any]) -> List[int]:
 #     a:1              c:1
 #
 # ("a b a" occurred once, "a" twice, and so on.) A node also remembers its failure link,
-# and the automaton keeps all non-root nodes on a recency list for LRU eviction.
+# and the automaton keeps all non-root nodes on a recency list for LRU eviction (Part 4):
+# each node carries its own two links of that list, `newer` and `older`.
 # ======================================================================================
 
 
 class _Node:
     """One trie state. ``__slots__`` keeps 10,000 of them small."""
 
-    __slots__ = ("token", "parent", "depth", "freq", "children", "fail", "fail_stamp", "alive")
+    __slots__ = (
+        "token", "parent", "depth", "freq", "children", "fail", "fail_stamp", "alive",
+        "newer", "older",
+    )
 
     def __init__(self, token: int, parent: Optional["_Node"], depth: int) -> None:
         # The token on the edge from the parent (unused for the root).
@@ -149,6 +158,10 @@ class _Node:
         self.fail_stamp = -1
         # False once the node has been evicted: windows holding it are closed (Part 2).
         self.alive = True
+        # Its neighbours on the recency list (Part 4): the next more recent node and the
+        # next less recent one; None while it is not on the list (and at either end).
+        self.newer: Optional[_Node] = None
+        self.older: Optional[_Node] = None
 
     def path(self) -> List[int]:
         """The node's string: token ids from the root."""
@@ -203,12 +216,19 @@ class Automaton:
         self.reset()
 
     def reset(self) -> None:
-        """Forget everything: trie, windows, matching state, counters."""
+        """Forget everything: trie, windows, matching state, counters.
+
+        This is also the way out of the one state Part 7 cannot undo (a second interrupt
+        during a rollback): ``reset()`` always leaves a fresh, empty automaton.
+        """
+        # "Torn" until the last line below has run: an interrupted reset() is detected by
+        # the next call, which asks for reset() again (Part 7).
+        self._torn = True
         self._root = _Node(0, None, 0)
         # Nodes in use, the root excluded.
         self._len = 0
-        # The recency list (Part 4): first = least recent, last = most recent.
-        self._lru: "OrderedDict[_Node, None]" = OrderedDict()
+        # The recency list (Part 4): head = most recent, tail = least recent.
+        self._lru = RecencyList()
         # windows[i] = the node of the last i committed tokens, or None (Part 2).
         self._windows: List[Optional[_Node]] = [None] * (self.ngram + 1)
         self._windows[0] = self._root
@@ -219,23 +239,28 @@ class Automaton:
         self._stats = dict(
             committed_tokens=0, inserts=0, evictions=0, retrieves=0, fail_hits=0, fail_misses=0
         )
+        self._torn = False
 
     def len(self) -> int:
         """Trie nodes in use, the root excluded (always ``<= max_nodes``)."""
+        self._check_intact()
         return self._len
 
     def __len__(self) -> int:
-        return self._len
+        return self.len()
 
     def __repr__(self) -> str:
+        # repr() must never raise, even on a torn automaton: it says so instead.
+        state = " (torn: call reset())" if self._torn else f" with {self._len} nodes"
         return (
             f"Automaton(max_nodes={self.max_nodes}, ngram={self.ngram}, "
-            f"min_border_depth={self.min_border_depth}) with {self._len} nodes"
+            f"min_border_depth={self.min_border_depth}){state}"
         )
 
     def stats(self) -> Dict[str, int]:
         """Counters and sizes: nodes, max_nodes, ngram, min_border_depth, committed_tokens,
         inserts, evictions, retrieves, fail_hits, fail_misses, matching_depth."""
+        self._check_intact()
         return dict(
             nodes=self._len,
             max_nodes=self.max_nodes,
@@ -288,11 +313,45 @@ class Automaton:
         Raises:
             TypeError: ``tokens`` is not iterable, or an element is not an int.
             ValueError: an element is out of range. Nothing is committed in either case.
-        """
-        for token in _read_tokens(tokens):
-            self._extend_one(token)
+            RuntimeError: the automaton is torn (see ``reset()``).
 
-    def _extend_one(self, token: int) -> None:
+        All or nothing: if anything interrupts the call (``KeyboardInterrupt`` included),
+        every change it made is undone before the exception propagates (Part 7).
+        """
+        # Compute first: check every token (this may raise; nothing has changed yet).
+        tokens = _read_tokens(tokens)
+        self._check_intact()
+        # Then apply, writing down how to undo each change before making it (Part 7).
+        undo: UndoLog = []
+        try:
+            # Set on the try's first line and cleared on its last, so that whatever line
+            # an interrupt hits, the `except` below sees it and undoes what was done.
+            self._torn = True
+            self._extend_logged(tokens, undo)
+            self._torn = False
+        except BaseException:
+            # BaseException: KeyboardInterrupt is not an Exception, and is the point here.
+            self._rollback(undo)
+            raise
+
+    def _extend_logged(self, tokens: List[int], undo: "UndoLog") -> None:
+        """Commit checked ``tokens``, logging in ``undo`` how to take every change back."""
+        # The small fields are saved whole, once per call: windows and the matching state
+        # (each step assigns new ones, so keeping the old objects is enough), the node
+        # count, the counters and the failure-link epochs (a copy of 1,024 ints).
+        undo.append((self._restore_fields, (
+            self._windows, self._matching, self._len, dict(self._stats), list(self._epochs)
+        )))
+        for token in tokens:
+            self._extend_one(token, undo)
+
+    def _restore_fields(self, windows, matching, length, stats, epochs) -> None:  # type: ignore[no-untyped-def]
+        """Undo: put back the fields saved at the start of the call."""
+        self._windows, self._matching, self._len, self._stats, self._epochs = (
+            windows, matching, length, stats, epochs
+        )
+
+    def _extend_one(self, token: int, undo: "UndoLog") -> None:
         self._stats["committed_tokens"] += 1
         # The windows of the next step; windows[0] (the empty string) is always the root.
         new_windows: List[Optional[_Node]] = [None] * (self.ngram + 1)
@@ -305,18 +364,19 @@ class Automaton:
                 continue
             child = window.children.get(token)
             if child is not None:
-                # Seen before: one more occurrence.
+                # Seen before: one more occurrence (the undo puts the old count back).
+                undo.append((_set_freq, (child, child.freq)))
                 child.freq += 1
             else:
                 if self._len == self.max_nodes:
                     # Full. I first make the window's own path the most recent, so that the
                     # victim is not on it: that path has at most ngram - 1 nodes and the
                     # trie holds max_nodes >= ngram of them, so the least recent is elsewhere.
-                    self._touch_path(window)
-                    self._evict_lru_leaf()
-                child = self._insert(window, token)
+                    self._touch_path(window, undo)
+                    self._evict_lru_leaf(undo)
+                child = self._insert(window, token, undo)
             # Child first, then its ancestors: a parent is never less recent than a child.
-            self._touch_path(child)
+            self._touch_path(child, undo)
             new_windows[i + 1] = child
         self._windows = new_windows
         # The matching state is the longest open window (a later eviction in this step
@@ -328,10 +388,12 @@ class Automaton:
                 self._matching = window
                 break
 
-    def _insert(self, parent: _Node, token: int) -> _Node:
+    def _insert(self, parent: _Node, token: int, undo: "UndoLog") -> _Node:
         """Create the child ``token`` of ``parent`` with frequency 1."""
         child = _Node(token, parent, parent.depth + 1)
         child.freq = 1
+        # Undo: drop the entry again (pop with a default: fine if we never got to add it).
+        undo.append((parent.children.pop, (token, None)))
         parent.children[token] = child
         # A new string ending in `token` may be a longer proper suffix of some node's
         # string, so failure links of nodes ending in `token` may change (Part 3).
@@ -395,34 +457,47 @@ class Automaton:
     # ==================================================================================
     # Part 4. LRU eviction in O(1).
     #
-    # All non-root nodes sit on a recency list. An OrderedDict *is* a hash map plus a
-    # doubly linked list, so "move to the most recent end" and "pop the least recent"
-    # are O(1):
+    # All non-root nodes sit on a recency list (``lru.RecencyList``): a doubly linked
+    # list whose links live on the nodes themselves (`newer`, `older`), so "move to the
+    # head" and "who is at the tail?" change a few links, whatever the trie's size:
     #
-    #   least recent                                           most recent
-    #     [a b a] <-> [b a] <-> ... <-> [z t] <-> [t]
+    #   head (most recent)                                    tail (least recent)
+    #     [t] <-> [z t] <-> [y z t] <-> ... <-> [b a] <-> [a b a]
     #
-    # I touch bottom-up (a node, then its parent, ..., up to depth 1), so a parent is
-    # always more recent than its children. Then the least recent node has no children:
-    # it is a leaf, and removing it keeps the trie a trie. (The official code can recycle
-    # an internal node when its assertion is compiled out; the tests check this invariant.)
+    # The invariant: a parent is never less recent than its children. I keep it by
+    # touching bottom-up: a node, then its parent, ..., up to depth 1. The parent is
+    # touched last, so it lands nearer the head than the child. Extending window [y z]
+    # with t, say, touches [y z t], then [y z], then [y]:
+    #
+    #   after:  [y] <-> [y z] <-> [y z t] <-> ...older nodes...   (parent before child)
+    #
+    # Why it matters: then the tail has no children (a child would be even less recent
+    # than the tail, and nothing is). So the least recent node is always a *leaf*, I can
+    # evict it in O(1) without searching, and removing it keeps the trie a trie. (The
+    # official code can recycle an internal node when its assertion is compiled out; here
+    # the check is an `if`, so it holds under `python -O` too, and the tests check the
+    # invariant after every operation.)
     # ==================================================================================
 
-    def _touch_path(self, node: _Node) -> None:
+    def _touch_path(self, node: _Node, undo: "UndoLog") -> None:
         """Make ``node`` and then each of its ancestors the most recent (root excluded)."""
-        lru = self._lru
+        touch = self._lru.touch
         while node.parent is not None:
-            # New nodes enter here too: assigning adds the key at the most recent end.
-            if node in lru:
-                lru.move_to_end(node)
-            else:
-                lru[node] = None
+            # To the head (a new node joins the list here); the undo log gets the links
+            # this touch will change, before it changes them (Part 7).
+            touch(node, undo)
             node = node.parent
 
-    def _evict_lru_leaf(self) -> None:
+    def _evict_lru_leaf(self, undo: "UndoLog") -> None:
         """Recycle the least recently used node (a leaf, by the touch order)."""
-        victim, _ = self._lru.popitem(last=False)
-        assert not victim.children, "the LRU tail must be a leaf"
+        victim = self._lru.least_recent()
+        # Never true if the touches are right; a plain `if`, so `python -O` keeps it.
+        if victim is None or victim.children:
+            raise RuntimeError("the LRU tail must be a leaf (a bug in the twin: please report it)")
+        undo.append((self._lru.restore, (self._lru.snapshot(victim),)))
+        self._lru.remove(victim)
+        # Undo: hang the victim back under its parent and mark it alive (Part 7).
+        undo.append((_revive, (victim,)))
         del victim.parent.children[victim.token]  # type: ignore[union-attr]
         # A string ending in victim.token vanished: links that pointed at it are stale.
         self._epochs[victim.token % EPOCH_SLOTS] += 1
@@ -481,8 +556,10 @@ class Automaton:
 
         Raises:
             TypeError, ValueError: ``root`` is not an int in ``[0, 2**32 - 1]``.
+            RuntimeError: the automaton is torn (see ``reset()``).
         """
         root = _check_token("root", None, int_value(root, "root"))
+        self._check_intact()
         return [b.path() for b in self._collect_borders(root)]
 
     def retrieve(self, root: int, capacity: int) -> List[List[int]]:
@@ -500,9 +577,15 @@ class Automaton:
 
         Raises:
             TypeError, ValueError: bad ``root`` or ``capacity`` (nothing changes).
+            RuntimeError: the automaton is torn (see ``reset()``).
+
+        Only the failure-link cache and the counters change. An interrupted call may have
+        filled (and counted) part of the cache: every cached link stays correct (Part 3
+        writes the link before its stamp), so later results are the same.
         """
         root = _check_token("root", None, int_value(root, "root"))
         capacity = _check_capacity(int_value(capacity, "capacity"))
+        self._check_intact()
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
         # kept[r] = [token, depth, children ranks]; rank 0 is the root.
@@ -556,7 +639,12 @@ class Automaton:
     # ==================================================================================
 
     def dump(self) -> str:
-        """Canonical text of the whole automaton (fills the failure-link cache)."""
+        """Canonical text of the whole automaton (fills the failure-link cache).
+
+        Raises:
+            RuntimeError: the automaton is torn (see ``reset()``).
+        """
+        self._check_intact()
         order: List[_Node] = []
         stack = [self._root]
         while stack:
@@ -564,7 +652,8 @@ class Automaton:
             order.append(node)
             # Push in reverse token order so that the smallest token is visited first.
             stack.extend(node.children[t] for t in sorted(node.children, reverse=True))
-        rank = {node: r for r, node in enumerate(reversed(self._lru))}
+        # LRU rank: 0 for the head (most recent), counting towards the tail.
+        rank = {node: r for r, node in enumerate(self._lru.iter())}
 
         def fmt(path: List[int]) -> str:
             return "[" + " ".join(map(str, path)) + "]"
@@ -590,6 +679,114 @@ class Automaton:
                 f"lru={rank[node]}"
             )
         return "\n".join(lines) + "\n"
+
+    # ==================================================================================
+    # Part 7. All or nothing: an interrupted call changes nothing.
+    #
+    # A Ctrl-C in a notebook raises KeyboardInterrupt between *any* two lines. If it
+    # lands half-way through a touch, the recency list is torn (a node with one link
+    # updated and not the other), and every later call would trip over it. So each
+    # public operation that changes the automaton works in two phases:
+    #
+    #   compute:  read and check all the input (this may raise; nothing has changed);
+    #   apply:    make the changes, but before each one append to an *undo log* how to
+    #             take it back (a function and its arguments; "write-ahead").
+    #
+    #     undo log:  [restore fields] [restore links of [a]] [old freq of [a b]] ...
+    #                 played last <----------------------------------- played first
+    #
+    # If the apply phase is interrupted anywhere, the `except` plays the log backwards
+    # and re-raises: every entry restores *old values*, so it is right whether its change
+    # was made, never made, or made half-way. The automaton is then exactly as before
+    # the call (the tests interrupt extend() at every line and compare with dump()).
+    #
+    # Only a second interrupt during that rollback can leave a mix. For that case the
+    # `_torn` flag is set while changes are in flight and cleared when they are complete
+    # or fully undone; a torn automaton refuses every call with a RuntimeError that says
+    # to call reset(), instead of silently losing nodes later.
+    #
+    # Queries (retrieve, borders, dump) only fill the failure-link cache and count; a
+    # cached link is valid or marked stale at every line, so they need no undo log.
+    # ==================================================================================
+
+    def _check_intact(self) -> None:
+        """Raise ``RuntimeError`` naming ``reset()`` if a rollback did not finish."""
+        if self._torn:
+            raise RuntimeError(
+                "Automaton: an earlier call was interrupted while it was being undone, so "
+                "the automaton is in an inconsistent state; call reset() to start afresh"
+            )
+
+    def _rollback(self, undo: "UndoLog") -> None:
+        """Play ``undo`` backwards (newest change first), then clear the torn flag."""
+        # Interrupted here, the flag stays set: the next call asks for reset().
+        self._torn = True
+        while undo:
+            function, args = undo.pop()
+            function(*args)
+        self._torn = False
+
+    # ==================================================================================
+    # Part 8. A self-check of the internal structure, for the tests.
+    #
+    # dump() shows the automaton's meaning; this looks at the machinery behind it: the
+    # recency list's links, the parent / children pointers and the node count. O(size),
+    # and written with `if` + raise, not `assert`, so that `python -O` checks it too.
+    # ==================================================================================
+
+    def _check_invariants(self) -> None:
+        """Raise ``RuntimeError`` if a structural invariant is broken.
+
+        Checked: the recency list is consistent (``RecencyList.check``) and holds exactly
+        the trie's non-root nodes, ``len() <= max_nodes``; every child points back at its
+        parent one level deeper, is alive, and is less recent than its parent (so the tail
+        is a leaf); the open windows and the matching state are alive trie nodes.
+        """
+        self._check_intact()
+        # First the list on its own: links that point back, ends, length.
+        self._lru.check()
+        # Then list and trie together: rank 0 = head. A depth-first walk over the trie
+        # visits every node once; each must be on the list, below its parent in recency.
+        rank = {node: r for r, node in enumerate(self._lru.iter())}
+        count, stack = 0, [self._root]
+        while stack:
+            node = stack.pop()
+            for token, child in node.children.items():
+                count += 1
+                if child.parent is not node or child.token != token or child.depth != node.depth + 1:
+                    raise RuntimeError(f"trie: bad parent/token/depth at {child.path()}")
+                if not child.alive or child not in rank:
+                    raise RuntimeError(f"trie: node {child.path()} is dead or not on the recency list")
+                if node is not self._root and rank[node] >= rank[child]:
+                    raise RuntimeError(f"LRU invariant: parent of {child.path()} is less recent")
+                if child.depth > self.ngram:
+                    raise RuntimeError(f"trie: node {child.path()} deeper than ngram")
+                stack.append(child)
+        # Every trie node is on the list and nothing else is: the counts agree.
+        if not count == self._len == len(rank) <= self.max_nodes:
+            raise RuntimeError(
+                f"sizes: {count} trie nodes, len() = {self._len}, {len(rank)} on the recency "
+                f"list, max_nodes = {self.max_nodes}"
+            )
+        # Nothing that extend() or retrieve() will start from may point outside the trie.
+        for node in [self._matching] + [w for w in self._windows if w is not None and w.alive]:
+            if node is not self._root and node.parent.children.get(node.token) is not node:  # type: ignore[union-attr]
+                raise RuntimeError(f"windows: {node.path()} is not in the trie")
+
+
+#: An undo log: (function, arguments) pairs, played backwards by ``Automaton._rollback``.
+UndoLog = List[Tuple[Callable[..., Any], tuple]]
+
+
+def _set_freq(node: _Node, freq: int) -> None:
+    """Undo of a frequency increment: put the old count back."""
+    node.freq = freq
+
+
+def _revive(node: _Node) -> None:
+    """Undo of an eviction: hang ``node`` back under its parent and mark it alive."""
+    node.parent.children[node.token] = node  # type: ignore[union-attr]
+    node.alive = True
 
 
 # ======================================================================================

@@ -175,15 +175,29 @@ class CopyLogitTable:
         # seen[v] says whether row v holds real ids. Without it we could not tell an
         # unseen row from a row of token 0s.
         self.seen = np.zeros(vocab_size, dtype=bool)
+        # True only if putting old rows back after an interrupt was itself interrupted
+        # (see observe); then every call asks for reset().
+        self._torn = False
+
+    def _check_intact(self) -> None:
+        """Raise ``RuntimeError`` naming ``reset()`` if the table is torn (see ``observe``)."""
+        # A torn table may hold a row marked seen whose ids are half old, half new.
+        if self._torn:
+            raise RuntimeError(
+                "CopyLogitTable: an earlier observe() was interrupted while it was being "
+                "undone, so the table is inconsistent; call reset() to start afresh"
+            )
 
     @property
     def num_seen(self) -> int:
         """Number of rows written since the last reset."""
+        self._check_intact()
         return int(self.seen.sum())
 
     def is_seen(self, token: int) -> bool:
         """Whether row ``token`` has been written (False outside the vocabulary)."""
         token = int_value(token, "token")
+        self._check_intact()
         return 0 <= token < self.vocab_size and bool(self.seen[token])
 
     def row(self, token: int) -> list[int]:
@@ -207,19 +221,42 @@ class CopyLogitTable:
             ValueError: wrong number of dimensions, ``topk_ids.shape != (n, k' >= k)``,
                 or an id outside ``[0, vocab_size)`` (only the kept columns are checked).
             TypeError: a non-integer dtype.
+            RuntimeError: the table is torn (see ``reset()``).
             All checks run before the first write: on error the table is unchanged.
+
+        All or nothing: if the writes are interrupted (``KeyboardInterrupt`` included),
+        the old rows are put back before the exception propagates.
         """
         # Steps 1-3: validate everything before we touch the table.
         tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.k)
-        # Step 4: all checks passed, now write. A plain loop makes "the last occurrence
-        # wins" obvious (numpy's fancy assignment does not promise an order).
-        for v, row in zip(tokens.tolist(), kept.tolist()):
-            self.ids[v] = row
-            self.seen[v] = True
+        self._check_intact()
+        # Step 4: which row each token ends with. A dict keeps the *last* value written
+        # for a key, so "the last occurrence wins" falls out (numpy's fancy assignment
+        # with repeated indices would not promise an order; now there are none).
+        last = {v: i for i, v in enumerate(tokens.tolist())}
+        rows = np.fromiter(last, dtype=np.int64, count=len(last))  # (m,) distinct ids
+        new_rows = kept[np.fromiter(last.values(), dtype=np.int64, count=len(last))]  # (m, k)
+        # Step 5: write, after keeping the old rows (fancy indexing copies them), so that
+        # an interrupt between the two writes can be undone: the table then holds either
+        # all the new rows or none of them.
+        old_ids, old_seen = self.ids[rows], self.seen[rows]
+        try:
+            # Two numpy writes (each one call into C, not interruptible half-way); an
+            # interrupt can only come before, between or after them.
+            self.ids[rows] = new_rows
+            self.seen[rows] = True
+        except BaseException:
+            # Torn until both old halves are back (a second interrupt here keeps it set).
+            self._torn = True
+            self.ids[rows] = old_ids
+            self.seen[rows] = old_seen
+            self._torn = False
+            raise
 
     def reset(self) -> None:
-        """Forget every row: all rows are empty again."""
+        """Forget every row: all rows are empty again (also the way out of a torn table)."""
         self.seen[:] = False
+        self._torn = False
 
     def __repr__(self) -> str:
         return (

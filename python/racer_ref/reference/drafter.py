@@ -27,6 +27,10 @@ One decoding step, seen from the drafter::
 Which tokens go to ``observe`` is the loop's choice: every prompt position after prefill,
 and after a verify pass every tree node (rejected ones included, as in the paper) or only
 the accepted ones.
+
+Interrupts: ``observe``, ``commit`` and ``reset`` are all-or-nothing, like the automaton's
+``extend`` (its Part 7): a ``KeyboardInterrupt`` inside them leaves the drafter as it was.
+This class is not thread-safe; ``racer_ref.Drafter`` refuses a second thread (in use).
 """
 
 from __future__ import annotations
@@ -152,6 +156,24 @@ class Drafter:
         # PLD searches the committed tokens; the other methods only count them.
         self.history: list[int] = []
         self.num_committed = 0
+        # True while changes are in flight; left True only if an interrupted commit()
+        # could not be fully undone, or reset() itself was interrupted (see commit).
+        self._torn = False
+
+    def _check_intact(self) -> None:
+        """Raise ``RuntimeError`` naming ``reset()`` if the drafter or its parts are torn."""
+        # Every public method starts here, after checking its arguments: a torn drafter
+        # refuses to work rather than draft from a half-updated automaton or history.
+        if self._torn:
+            raise RuntimeError(
+                "Drafter: an earlier commit() or reset() was interrupted and could not be "
+                "undone, so the drafter is inconsistent; call reset() to start afresh"
+            )
+        # Its parts keep their own flags (someone may have used them directly).
+        if self.automaton is not None:
+            self.automaton._check_intact()
+        if self.table is not None:
+            self.table._check_intact()
 
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Copy-logit update (spec step 8): ``table[token_ids[i]] = topk_ids[i, :k]``.
@@ -166,8 +188,11 @@ class Drafter:
         Raises:
             ValueError: bad shapes or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. Nothing changes on error.
+            RuntimeError: the drafter is torn (see ``reset()``).
         """
+        self._check_intact()
         if self.table is not None:
+            # One call, all-or-nothing on its own; nothing else changes here.
             self.table.observe(token_ids, topk_ids)
         else:
             check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
@@ -181,15 +206,44 @@ class Drafter:
         Raises:
             ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. Nothing changes on error.
+            RuntimeError: the drafter is torn (see ``reset()``).
+
+        All or nothing: three things change (automaton, history, count), so one undo log
+        covers them all. An interrupt anywhere undoes all three, even one that lands
+        after the automaton is done and before the count is (the automaton's Part 7).
         """
+        # Compute: check the input (may raise; nothing has changed yet).
         tokens = as_int_array(token_ids, "token_ids", 1)
         check_token_ids("token_ids", tokens, self.vocab_size)
         tokens = tokens.tolist()
-        if self.automaton is not None:
-            self.automaton.extend(tokens)
-        if self.method == "pld":
-            self.history.extend(tokens)
-        self.num_committed += len(tokens)
+        self._check_intact()
+        # Apply, logging the undo of each change before making it.
+        undo: list = []
+        try:
+            # First line inside the try: an interrupt before it changed nothing, and one
+            # after it is caught below.
+            self._torn = True
+            if self.automaton is not None:
+                # The automaton logs its own changes into *our* log, and does not roll
+                # back by itself: one log, one rollback, for all three parts.
+                self.automaton._extend_logged(tokens, undo)
+            if self.method == "pld":
+                # Undo of an append: cut the history back to its old length.
+                undo.append((_truncate, (self.history, len(self.history))))
+                self.history.extend(tokens)
+            # Undo of the count: put the old value back.
+            undo.append((setattr, (self, "num_committed", self.num_committed)))
+            self.num_committed += len(tokens)
+            # Last line: all three parts are done.
+            self._torn = False
+        except BaseException:
+            # Interrupted here, the flag stays set and the next call asks for reset().
+            self._torn = True
+            while undo:
+                function, args = undo.pop()
+                function(*args)
+            self._torn = False
+            raise
 
     def draft(self, root: int, last_topk: Optional[Any] = None) -> DraftTree:
         """Build this step's draft tree for ``root`` (spec steps 2-4).
@@ -204,8 +258,10 @@ class Drafter:
             ValueError: root or an id outside ``[0, vocab_size)``; ``last_topk`` too short,
                 or missing for ``logits-last``.
             TypeError: a non-integer root or dtype.
+            RuntimeError: the drafter is torn (see ``reset()``).
         """
         root = check_token_id("root", root, self.vocab_size)
+        self._check_intact()
         topk: Optional[list[int]] = None
         if last_topk is not None:
             array = as_int_array(last_topk, "last_topk", 1)
@@ -240,6 +296,7 @@ class Drafter:
     @property
     def automaton_nodes(self) -> int:
         """Trie nodes in the automaton (root excluded); 0 for methods without one."""
+        self._check_intact()
         return 0 if self.automaton is None else len(self.automaton)
 
     def table_row(self, token: int) -> list[int]:
@@ -249,16 +306,25 @@ class Drafter:
             TypeError: ``token`` is not an int.
         """
         token = int_value(token, "token")
+        self._check_intact()
         return [] if self.table is None else self.table.row(token)
 
     def reset(self) -> None:
-        """Forget the automaton, the copy-logit table and the history."""
+        """Forget the automaton, the copy-logit table and the history.
+
+        Always succeeds, whatever state an interrupted call left (it rebuilds every part);
+        interrupted itself, it leaves the drafter torn until the next ``reset()``.
+        """
+        # No undo log here: a reset that stops half-way is finished by the next reset(),
+        # which the flag asks for. Each part's own reset() rebuilds it from scratch.
+        self._torn = True
         if self.automaton is not None:
             self.automaton.reset()
         if self.table is not None:
             self.table.reset()
         self.history = []
         self.num_committed = 0
+        self._torn = False
 
     def __repr__(self) -> str:
         return (
@@ -266,6 +332,11 @@ class Drafter:
             f"capacity={self.capacity}, breadth={self.breadth}, ngram={self.ngram}, "
             f"max_nodes={self.max_nodes})"
         )
+
+
+def _truncate(history: list, length: int) -> None:
+    """Undo of ``history.extend``: cut ``history`` back to ``length`` tokens."""
+    del history[length:]
 
 
 if __name__ == "__main__":
