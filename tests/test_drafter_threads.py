@@ -22,7 +22,7 @@ import torch
 from models import greedy_reference, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
 from racer_ref.drafter import DrafterInUseError
-from racer_ref.generate import generate
+from racer_ref.decoding import generate
 
 VOCAB = 128
 NEW = 24

@@ -55,9 +55,31 @@ MOVED_MODULES = {
 }
 
 
+#: The packages of the ``hf`` extra that the decoding loop imports.
+HF_EXTRA_MODULES = ("torch", "transformers")
+#: What to run when they are missing.
+HF_EXTRA_HINT = "pip install 'racer-ref[hf]'"
+
+
+def missing_hf_extra(what: str) -> Any:
+    """The ``ImportError`` for ``what`` when a package of the ``hf`` extra is not installed,
+    or ``None`` when they all are."""
+    missing = [m for m in HF_EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return ImportError(f"{what} needs {' and '.join(missing)}, which the core install of racer-ref "
+                       f"leaves out: {HF_EXTRA_HINT}")
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as exc:
+            if exc.name in HF_EXTRA_MODULES:
+                raise missing_hf_extra(f"racer_ref.{name}") from exc
+            raise
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'racer_ref' has no attribute {name!r}")

@@ -302,6 +302,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
     args = build_parser().parse_args(argv)
+    from racer_ref import missing_hf_extra
+
+    missing = missing_hf_extra(f"racer-ref {args.command}")
+    if missing is not None:
+        raise SystemExit(f"racer-ref {args.command}: error: {missing}")
     handlers = {"generate": run_generate, "bench": run_bench_cmd, "summarize": run_summarize,
                 "demo": run_demo_cmd}
     return handlers[args.command](args)
