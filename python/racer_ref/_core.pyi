@@ -6,7 +6,7 @@ from typing import Dict, Iterable, List, Optional, SupportsIndex
 __version__: str
 
 class Automaton:
-    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (racer-spec.md, "The
+    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (docs/explanation/spec.md, "The
     automaton", steps 2 and 9). Twin: ``racer_ref.reference.Automaton``.
 
     Args:
@@ -73,7 +73,7 @@ MAX_CAPACITY: int
 DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 class CopyLogitTable:
-    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (racer-spec.md
+    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (docs/explanation/spec.md
     step 8). Twin: ``racer_ref.reference.CopyLogitTable``.
 
     Raises:
@@ -105,7 +105,7 @@ def build_draft_tree(
     root_topk: Optional[Any] = None,
 ) -> DraftTreeArrays:
     """Retrieval paths first, then the logits tree from ``table`` fills the capacity;
-    flattened breadth-first (racer-spec.md steps 2-4). Twin:
+    flattened breadth-first (docs/explanation/spec.md steps 2-4). Twin:
     ``racer_ref.reference.build_draft_tree`` (which returns a ``DraftTree``)."""
 
 class Drafter:
