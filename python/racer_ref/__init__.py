@@ -7,6 +7,7 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
   its pure-Python twin is ``racer_ref.reference.Automaton``.
 * ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree).
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
+* ``METHODS``: the drafting methods, ``"ar"`` (plain decoding) included.
 
 The package, by folder (imports run one way: cli -> harness -> decoding -> drafter -> core):
 
@@ -34,6 +35,7 @@ _LAZY = {
     "DraftTree": "racer_ref.tree",
     "generate": "racer_ref.decoding",
     "GenerationResult": "racer_ref.decoding",
+    "METHODS": "racer_ref.tree",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
