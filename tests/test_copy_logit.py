@@ -1,4 +1,4 @@
-"""Copy-logit table (racer-spec.md step 8), Rust core and Python twin, one table of cases."""
+"""Copy-logit table (docs/explanation/spec.md step 8), Rust core and Python twin, one table of cases."""
 
 from __future__ import annotations
 

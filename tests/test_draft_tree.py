@@ -1,4 +1,4 @@
-"""Merged draft tree (racer-spec.md steps 2-4): hand-written trees, properties over 10^5
+"""Merged draft tree (docs/explanation/spec.md steps 2-4): hand-written trees, properties over 10^5
 random cases, Rust == Python, and bad input."""
 
 from __future__ import annotations

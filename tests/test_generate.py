@@ -7,7 +7,9 @@ bad input.
 
 from __future__ import annotations
 
+import copy
 import functools
+import warnings
 from typing import List
 
 import numpy as np
@@ -213,7 +215,10 @@ def test_eos_inside_an_accepted_block(kind):
     drafter = OracleDrafter(prompt, truth, VOCAB, depth=depth)
     result = generate(m, None, prompt, max_new_tokens=NEW, drafter=drafter)
     assert result.token_ids == expected and result.stop_reason == "eos"
-    assert result.accepted_lengths[-1] == depth  # the EOS sat inside the last accepted block
+    assert result.raw_accepted_lengths[-1] == depth  # the EOS sat inside the last accepted block
+    # ... and the statistics count only what was committed, up to the EOS (issue 15 item 2)
+    assert result.accepted_lengths[-1] < depth
+    assert sum(a + 1 for a in result.accepted_lengths) == len(result.token_ids) - 1
     # a list of EOS ids, and the real drafters
     for method in ("racer", "ar"):
         assert generate(m, None, prompt, max_new_tokens=NEW, method=method,
@@ -229,7 +234,7 @@ def test_small_max_new_tokens(method, max_new_tokens):
     prompt, truth = PROMPTS["repetitive"], list(reference("llama", "repetitive"))
     drafter = OracleDrafter(prompt, truth, VOCAB, depth=6) if method == "oracle" else None
     result = generate(model("llama"), None, prompt, max_new_tokens=max_new_tokens,
-                      method="racer" if method == "oracle" else method, drafter=drafter)
+                      method=None if method == "oracle" else method, drafter=drafter)
     assert result.token_ids == truth[:max_new_tokens]
     assert result.stop_reason == "max_new_tokens"
     if method == "ar":
@@ -507,3 +512,153 @@ def test_moved_module_paths_import_the_new_modules(monkeypatch):
     for name, new in racer_ref.MOVED_MODULES.items():
         assert importlib.import_module(name) is importlib.import_module(new), name
     assert racer_ref.kv_cache is racer_ref.speedups.kv_cache
+
+
+def test_arguments_that_contradict_a_given_drafter_are_refused():
+    """Issue 15 item 5: with drafter=d, method/capacity/ngram/max_nodes/backend were ignored."""
+    m, p = model("llama"), PROMPTS["random-a"]
+    d = Drafter("racer", vocab_size=VOCAB, capacity=16, breadth=4)
+    calls = []
+    hook = m.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        for name, value in [("method", "logits"), ("capacity", 64), ("breadth", 8), ("ngram", 4),
+                            ("max_nodes", 50), ("backend", "python")]:
+            with pytest.raises(ValueError, match=f"^{name}: .* contradicts the given drafter's {name}"):
+                generate(m, None, p, max_new_tokens=4, drafter=d, **{name: value})
+        # Out of range is out of range, whether or not a drafter is given.
+        for name, value in [("capacity", 0), ("breadth", 0), ("breadth", VOCAB + 1), ("ngram", 1),
+                            ("max_nodes", 0), ("backend", "nonsense")]:
+            for drafter in (d, None):
+                with pytest.raises(ValueError, match=f"^{name}: "):
+                    generate(m, None, p, max_new_tokens=4, drafter=drafter, **{name: value})
+    finally:
+        hook.remove()
+    assert calls == [] and d.num_committed == 0
+    # The drafter's own values agree with it, so they are accepted.
+    result = generate(m, None, p, max_new_tokens=6, drafter=d, method="racer", capacity=16, breadth=4,
+                      ngram=10, max_nodes=10_000, backend="rust")
+    assert result.token_ids == list(reference("llama", "random-a"))[:6] and result.method == "racer"
+
+
+# -------------------------------------------------------------------------------------- issue 15
+
+
+class ByteTokenizer:
+    """One token per byte (ids 0-255): an emoji is four tokens, as in byte-level BPE."""
+
+    def __call__(self, text):
+        return {"input_ids": list(text.encode())}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(int(t) for t in ids).decode("utf-8", errors="replace")
+
+
+def successor_model(successor: dict, default: int) -> torch.nn.Module:
+    """A one-layer Llama over 256 byte tokens whose greedy next token depends on the current
+    token only: ``successor.get(t, default)`` (embeddings one-hot, the layer's writes zeroed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=8, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+                         tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    m = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        m.model.embed_tokens.weight.copy_(torch.eye(256))
+        m.model.layers[0].self_attn.o_proj.weight.zero_()
+        m.model.layers[0].mlp.down_proj.weight.zero_()
+        m.lm_head.weight.zero_()
+        for t in range(256):
+            m.lm_head.weight[successor.get(t, default), t] = 1.0
+    return m
+
+
+EMOJI = "\N{GRINNING FACE}".encode()  # four bytes, four tokens
+
+
+def emoji_model():
+    # "a" -> the emoji's four bytes, over and over: the output is 😀😀😀...
+    cycle = {ord("a"): EMOJI[0], EMOJI[0]: EMOJI[1], EMOJI[1]: EMOJI[2], EMOJI[2]: EMOJI[3], EMOJI[3]: EMOJI[0]}
+    return successor_model(cycle, default=ord("b"))
+
+
+@pytest.mark.parametrize("method", ["ar", "racer", "pld"])
+def test_stop_string_of_many_tokens_per_character_is_found(method):
+    """Issue 15 item 1: a stop string of five emoji (20 byte tokens) was never found."""
+    stop = "\N{GRINNING FACE}" * 5
+    result = generate(emoji_model(), ByteTokenizer(), "a", max_new_tokens=100, method=method, stop=stop,
+                      eos_token_id=[])
+    assert result.stop_reason == "stop_string"
+    assert result.token_ids == list(EMOJI) * 5 and result.text == stop
+    # Issue 15 item 2: the steps count what was committed, not drafts after the stop string.
+    assert sum(a + 1 for a in result.accepted_lengths) == len(result.token_ids) - 1
+    assert result.mean_accepted_tokens == pytest.approx((len(result.token_ids) - 1) / result.steps)
+
+
+def test_stop_string_check_decodes_a_bounded_tail():
+    """A stop string that never comes: each check decodes a tail of bounded length, whatever
+    the length of the output (no cost growing with it)."""
+    tokenizer = ByteTokenizer()
+    lengths = []
+    decode = tokenizer.decode
+    tokenizer.decode = lambda ids, **kw: lengths.append(len(ids)) or decode(ids, **kw)
+    result = generate(emoji_model(), tokenizer, "a", max_new_tokens=400, method="ar", stop="\N{GRINNING FACE}x",
+                      eos_token_id=[])
+    assert result.stop_reason == "max_new_tokens" and len(result.token_ids) == 400
+    assert len(lengths) > 400 and max(lengths[:-1]) <= 16  # the last decode is the result's text
+
+
+def test_accepted_lengths_count_what_was_committed():
+    """Issue 15 item 2: EOS inside an accepted block cut the output, not the statistics."""
+    prompt, truth = PROMPTS["repetitive"], list(reference("llama", "repetitive"))
+    # An EOS inside the first step's block of 8 accepted drafts (not its last token).
+    cut, eos = next((i + 1, t) for i, t in enumerate(truth) if 2 <= i <= 7 and t not in truth[:i])
+    drafter = OracleDrafter(prompt, truth, VOCAB, depth=8)
+    result = generate(model("llama"), None, prompt, max_new_tokens=NEW, drafter=drafter, eos_token_id=eos)
+    assert result.token_ids == truth[:cut] and result.stop_reason == "eos"
+    assert sum(a + 1 for a in result.accepted_lengths) == cut - 1
+    assert result.raw_accepted_lengths[:-1] == result.accepted_lengths[:-1]
+    assert sum(a + 1 for a in result.raw_accepted_lengths) > cut - 1  # the oracle's drafts ran past it
+    assert result.mean_accepted_tokens == pytest.approx((cut - 1) / result.steps)
+
+
+def test_stop_must_be_text():
+    """Issue 15 item 7: stop=b"x" was a ValueError about empty strings."""
+    for stop in (b"x", bytearray(b"x"), ["ok", b"x"], [3]):
+        with pytest.raises(TypeError, match="stop: expected a string or a list of strings"):
+            generate(model("llama"), CharTokenizer(), PROMPTS["random-a"], max_new_tokens=4, stop=stop)
+
+
+def test_a_model_without_attention_is_refused_with_our_message():
+    """Issue 15 item 7: a Mamba model got transformers' own message about cache layers."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    mamba = MambaForCausalLM(MambaConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, state_size=4)).eval()
+    with pytest.raises(ValueError, match="model: MambaForCausalLM has no attention layers"):
+        generate(mamba, None, PROMPTS["random-a"], max_new_tokens=4)
+
+
+def test_generation_config_settings_we_do_not_apply_are_warned_about():
+    """Issue 15 item 7 and its last paragraph: settings model.generate applies and we do
+    not (static cache, repetition penalty, ...) were silently ignored."""
+    m = model("llama")
+    saved = m.generation_config
+    try:
+        m.generation_config = copy.deepcopy(saved)
+        m.generation_config.cache_implementation = "static"
+        with pytest.warns(UserWarning, match="cache_implementation='static' is not used"):
+            generate(m, None, PROMPTS["random-a"], max_new_tokens=4)
+        m.generation_config = copy.deepcopy(saved)
+        m.generation_config.repetition_penalty = 1.3
+        m.generation_config.no_repeat_ngram_size = 3
+        m.generation_config.suppress_tokens = [5]
+        with pytest.warns(UserWarning, match=r"repetition_penalty=1\.3, no_repeat_ngram_size=3, suppress_tokens=\[5\]"):
+            generate(m, None, PROMPTS["random-a"], max_new_tokens=4)
+        m.generation_config = copy.deepcopy(saved)
+        m.generation_config.top_k = 20  # applies to sampling only
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            generate(m, None, PROMPTS["random-a"], max_new_tokens=4)
+        with pytest.warns(UserWarning, match="top_k=20"):
+            generate(m, None, PROMPTS["random-a"], max_new_tokens=4, temperature=1.0, seed=0)
+    finally:
+        m.generation_config = saved

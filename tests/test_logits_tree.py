@@ -1,4 +1,4 @@
-"""Logits tree (racer-spec.md step 3, paper Eq. 3) on both backends."""
+"""Logits tree (docs/explanation/spec.md step 3, paper Eq. 3) on both backends."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import torch
 from models import make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
 from racer_ref.decoding import generate
 from racer_ref.sampling import check_sampling_arguments, target_probs
-from racer_ref.verify import accept_sampling, children_of
+from racer_ref.verify import accept_sampling
 
 
 
@@ -69,7 +69,7 @@ def exact_first_two() -> Dict[Tuple[int, int], float]:
     The second token is emitted in this step only if the first is a drafted child; it then
     follows the child's row. (Tokens after a non-drafted first token belong to the next step.)
     """
-    children = children_of(TREE)
+    children = TREE.children()
     child_of = {int(TREE.tokens[c]): c for c in children[0]}
     law = {}
     for t1 in range(VOCAB):
@@ -89,7 +89,7 @@ def emitted(accepted: List[int], next_root: int) -> Tuple[int, int]:
 
 def broken_no_renormalisation(probs, tree, generator):
     """Accepts child c with probability p(c), never renormalising after rejections."""
-    children, tokens = children_of(tree), tree.tokens.tolist()
+    children, tokens = tree.children(), tree.tokens.tolist()
     accepted, node = [0], 0
     while True:
         rejected = []

@@ -15,12 +15,12 @@ seconds on a CPU. Run it with `python tutorials/07_verification_loop.py`.
 """
 
 # --8<-- [start:model]
-import numpy as np
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from racer_ref import Drafter, generate
 from racer_ref.decoding import clip_draft_tree
+from racer_ref.metrics import mean_accepted_tokens
 from racer_ref.verify import accept_greedy, forward_prompt, forward_tree, keep_accepted
 
 torch.set_num_threads(2)
@@ -87,7 +87,7 @@ with torch.no_grad():
         elif step == 7:
             print("  ...")
         root = next_root
-mat = np.mean(accepted_lengths) + 1  # mean of a + 1 over the verify passes
+mat = mean_accepted_tokens(accepted_lengths)  # mean of a + 1 over the verify passes
 print(f"  {N} tokens in {len(accepted_lengths)} verify passes after the prefill: MAT = {mat:.2f}")
 # --8<-- [end:loop]
 

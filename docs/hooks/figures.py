@@ -320,7 +320,7 @@ def acceptance_figure() -> str:
         methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
         lengths = {m: [a for r in rows if r["method"] == m for a in r.get("accepted_lengths") or []]
                    for m in methods}
-        # MAT over all steps of all prompts: the mean of a + 1 (racer-spec.md, Terms).
+        # MAT over all steps of all prompts: the mean of a + 1 (docs/explanation/spec.md, Terms).
         mat = [float(np.mean(lengths[m]) + 1) if lengths[m] else
                sum(r["mean_accepted_tokens"] * r["steps"] for r in rows if r["method"] == m)
                / max(1, sum(r["steps"] for r in rows if r["method"] == m)) for m in methods]

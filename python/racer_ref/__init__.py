@@ -8,6 +8,7 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 * ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree);
   ``DrafterInUseError``: a drafter called by a second thread while in use.
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
+* ``METHODS``: the drafting methods, ``"ar"`` (plain decoding) included.
 
 The package, by folder (imports run one way: cli -> harness -> decoding -> drafter -> core):
 
@@ -36,6 +37,7 @@ _LAZY = {
     "DraftTree": "racer_ref.tree",
     "generate": "racer_ref.decoding",
     "GenerationResult": "racer_ref.decoding",
+    "METHODS": "racer_ref.tree",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -12,8 +12,8 @@ from typing import Dict, Iterable, List, Optional, SupportsIndex
 __version__: str
 
 class Automaton:
-    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (steps 2 and 9 of a
-    decoding step). Twin: ``racer_ref.reference.Automaton``.
+    """The Aho-Corasick n-gram automaton of RACER's retrieval tree (docs/explanation/spec.md,
+    steps 2 and 9). Twin: ``racer_ref.reference.Automaton``.
 
     Args:
         max_nodes: most trie nodes kept, root excluded; int in ``[ngram, 2**31 - 1]``.
@@ -80,8 +80,8 @@ MAX_CAPACITY: int
 DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 class CopyLogitTable:
-    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (step 8 of a
-    decoding step); ``k`` is the breadth. Twin: ``racer_ref.reference.CopyLogitTable``.
+    """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (docs/explanation/spec.md
+    step 8); ``k`` is the breadth. Twin: ``racer_ref.reference.CopyLogitTable``.
 
     Raises:
         TypeError: an argument is not an int.
@@ -113,7 +113,7 @@ def build_draft_tree(
     root_topk: Optional[Any] = None,
 ) -> DraftTreeArrays:
     """Retrieval paths first, then the logits tree from ``table`` fills the capacity;
-    flattened breadth-first (steps 2-4 of a decoding step). ``root_topk`` (last-logit
+    flattened breadth-first (docs/explanation/spec.md steps 2-4). ``root_topk`` (last-logit
     mode, read only with a table): at least ``table.k`` ids replacing the root's row.
     Twin: ``racer_ref.reference.build_draft_tree`` (which returns a ``DraftTree``).
 

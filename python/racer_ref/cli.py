@@ -171,8 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stats_line(name: str, result: Any, wall: float) -> str:
     new = len(result.token_ids)
-    mat = (sum(result.accepted_lengths) + len(result.accepted_lengths)) / max(1, len(result.accepted_lengths))
-    return (f"{name:<10} {new:>4} new tokens  {result.steps:>4} steps  MAT {mat:5.2f}  "
+    return (f"{name:<10} {new:>4} new tokens  {result.steps:>4} steps  MAT {result.mean_accepted_tokens:5.2f}  "
             f"{new / wall if wall > 0 else float('nan'):7.1f} tokens/s  ({wall:.2f} s)")
 
 

@@ -1,6 +1,6 @@
 """``generate()``: lossless RACER decoding of one prompt on a Hugging Face causal LM.
 
-The loop (racer-spec.md, "One decoding step"): prefill the prompt and pick the first root;
+The loop (docs/explanation/spec.md, "One decoding step"): prefill the prompt and pick the first root;
 then, until a stopping rule fires, ask the drafter for a draft tree rooted at the root,
 verify it in one forward pass (:mod:`racer_ref.verify`), emit the accepted drafts plus the
 next root, update the drafter (copy-logit table from the verified logits, automaton from
@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from racer_ref.tree import SOURCE_ROOT, DraftTree
+from racer_ref.drafter import claim
+from racer_ref.metrics import mean_accepted_tokens
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
+from racer_ref.tree import METHODS, DraftTree
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
                               keep_accepted)
 
-#: Every ``method`` generate() accepts: the drafters of ``racer_ref.Drafter`` plus plain
-#: autoregressive decoding (``"ar"``: root-only trees through the same loop).
-METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
+#: The drafting methods ``generate()`` accepts, ``"ar"`` (root-only trees) included: the
+#: same tuple as ``racer_ref.Drafter``'s (defined once, in :mod:`racer_ref.tree`).
+METHODS = METHODS
 
 #: Keys of :attr:`GenerationResult.timings` (seconds).
 TIMING_KEYS = ("prefill", "drafting", "forward", "acceptance", "bookkeeping", "total")
@@ -44,8 +47,12 @@ class GenerationResult:
             stopped generation (as ``model.generate`` returns it).
         text: ``tokenizer.decode(token_ids, skip_special_tokens=True)``, or ``None`` without
             a tokenizer.
-        accepted_lengths: per verify step, the accepted length ``a`` (drafted tokens the
-            target accepted, root excluded), before any cut by a stopping rule.
+        accepted_lengths: per verify step, the accepted length ``a``: drafted tokens the
+            step committed (root excluded), after the cut of a stopping rule (EOS, a stop
+            string, ``max_new_tokens``), so ``sum(a + 1) == len(token_ids) - 1`` (the first
+            token comes from the prefill). MAT and the benchmarks use it.
+        raw_accepted_lengths: per verify step, drafted tokens the target accepted before
+            that cut (equal to ``accepted_lengths`` but for a step a stopping rule cut).
         tree_sizes: per verify step, the number of draft-tree nodes fed to the target.
         timings: seconds spent in ``prefill`` (prompt forward pass and first root),
             ``drafting`` (the drafter's draft/observe/commit), ``forward`` (verify passes),
@@ -59,6 +66,7 @@ class GenerationResult:
     token_ids: List[int]
     text: Optional[str]
     accepted_lengths: List[int] = field(default_factory=list)
+    raw_accepted_lengths: List[int] = field(default_factory=list)
     tree_sizes: List[int] = field(default_factory=list)
     timings: Dict[str, float] = field(default_factory=dict)
     stop_reason: str = "max_new_tokens"
@@ -71,22 +79,8 @@ class GenerationResult:
 
     @property
     def mean_accepted_tokens(self) -> float:
-        """MAT: the mean of ``a + 1`` over verify steps (1.00 for ``"ar"``); NaN without steps."""
-        if not self.accepted_lengths:
-            return math.nan
-        return float(np.mean(self.accepted_lengths) + 1.0)
-
-
-def root_only_tree(root: int) -> DraftTree:
-    """The one-node draft tree of plain autoregressive decoding (method ``"ar"``)."""
-    return DraftTree(
-        tokens=np.array([root], dtype=np.int64),
-        parents=np.array([-1], dtype=np.int64),
-        depths=np.array([0], dtype=np.int64),
-        attention_mask=np.ones((1, 1), dtype=bool),
-        retrieve_indices=np.zeros((1, 1), dtype=np.int64),
-        sources=np.array([SOURCE_ROOT], dtype=np.uint8),
-    )
+        """MAT (:func:`racer_ref.metrics.mean_accepted_tokens`): 1.00 for ``"ar"``, NaN without steps."""
+        return mean_accepted_tokens(self.accepted_lengths)
 
 
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -174,6 +168,7 @@ def _make_cache(model: Any, cache: Any) -> Any:
     (:class:`racer_ref.speedups.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
     """
     from transformers import DynamicCache
+    from transformers import cache_utils
     from transformers.cache_utils import DynamicLayer
 
     from racer_ref.speedups.kv_cache import GrowingLayer, growing_cache
@@ -182,20 +177,27 @@ def _make_cache(model: Any, cache: Any) -> Any:
     # as DynamicCache() has no layers until the first forward pass (they are then all
     # DynamicLayer), so the layout is checked whatever cache the caller passes.
     layout = growing_cache(model)
+    # Attention layers (full, sliding-window, quantized...) share CacheLayerMixin; a Mamba-style
+    # model's layers are all linear-attention (recurrent state) layers.
+    attention = getattr(cache_utils, "CacheLayerMixin", DynamicLayer)
+    if not any(isinstance(layer, attention) for layer in layout.layers):
+        raise ValueError(f"model: {type(model).__name__} has no attention layers ({model.config.model_type}); "
+                         "racer-ref verifies a draft tree through tree attention, so it needs a transformer "
+                         "with full-attention layers")
     if cache is None:
         cache = layout
     if type(cache) is not DynamicCache:
         raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
     if not hasattr(cache, "layers"):
         raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
-    if cache.get_seq_length() != 0:
-        raise ValueError("cache: must be empty; generate() prefills it with the prompt")
     for layer in list(layout.layers) + list(cache.layers):
         if type(layer) not in (DynamicLayer, GrowingLayer):
             raise ValueError(
                 f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
                 "and quantized layers cannot keep an accepted tree path); only full-attention DynamicLayer"
             )
+    if cache.get_seq_length() != 0:
+        raise ValueError("cache: must be empty; generate() prefills it with the prompt")
     return cache
 
 
@@ -215,116 +217,190 @@ def _check_explicit_eos(eos: List[int], vocab_size: int) -> None:
 
 
 class _StopStrings:
-    """Finds the first token at which the generated text contains one of the stop strings."""
+    """Finds the first token at which the generated text contains one of the stop strings.
+
+    Each check decodes only a tail of the output, long enough to hold the longest stop
+    string ending inside the newest token's text: it starts at ``2 * longest + 4`` tokens
+    and doubles while the tail's text (without the broken character a cut through a
+    multi-byte character leaves at its start) is too short. One character can take several
+    byte-level tokens (an emoji four), so a window in tokens alone can miss a stop string;
+    this one is measured in characters, and its cost does not grow with the output.
+    """
 
     def __init__(self, tokenizer: Any, stop: Union[str, Iterable[str], None]):
-        if stop is not None and not isinstance(stop, str) and not hasattr(stop, "__iter__"):
+        if isinstance(stop, (bytes, bytearray)) or (
+                stop is not None and not isinstance(stop, str) and not hasattr(stop, "__iter__")):
             raise TypeError(f"stop: expected a string or a list of strings, got {type(stop).__name__}")
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])
-        if any(not isinstance(s, str) or not s for s in self.stop):
+        kinds = sorted({type(s).__name__ for s in self.stop if not isinstance(s, str)})
+        if kinds:
+            raise TypeError(f"stop: expected a string or a list of strings, got a list with {', '.join(kinds)}")
+        if any(not s for s in self.stop):
             raise ValueError(f"stop: expected non-empty strings, got {stop!r}")
         if self.stop and tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer")
         self.tokenizer = tokenizer
-        # A stop string of s characters ends inside the last s tokens that carry text; the
-        # margin covers tokens that decode to nothing on their own (partial UTF-8 bytes).
-        self.window = 2 * max((len(s) for s in self.stop), default=0) + 4
+        self.longest = max((len(s) for s in self.stop), default=0)
 
     def hit(self, output: List[int]) -> bool:
-        """True if a stop string ends at the last token of ``output``."""
+        """True if a stop string ends in the text of the last token of ``output``."""
         if not self.stop:
             return False
-        text = self.tokenizer.decode(output[-self.window :])
-        return any(s in text for s in self.stop)
+        # The tail must hold the newest token's text and the longest - 1 characters before it.
+        need = self.longest + len(self.tokenizer.decode(output[-1:]).strip("\ufffd"))
+        window = 2 * self.longest + 4
+        while True:
+            text = self.tokenizer.decode(output[-window:])
+            if window >= len(output) or len(text.lstrip("\ufffd")) >= need:
+                return any(s in text for s in self.stop)
+            window *= 2
 
 
-def generate(
-    model: Any,
-    tokenizer: Any = None,
-    prompt: Any = None,
-    max_new_tokens: int = 128,
-    method: str = "racer",
-    capacity: int = 64,
-    breadth: int = 8,
-    ngram: int = 10,
-    max_nodes: int = 10_000,
-    backend: str = "rust",
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    eos_token_id: Any = None,
-    stop: Union[str, Sequence[str], None] = None,
-    streamer: Any = None,
-    callback: Optional[Callable[[List[int]], None]] = None,
-    drafter: Any = None,
-    observe_rejected: bool = True,
-    seed: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
-    cache: Any = None,
-) -> GenerationResult:
-    """Decode one prompt with RACER (or another drafter) and the target's verification.
+# ----------------------------------------------------------------------------- the boundary
+# generate() checks every argument once, here, before any work; the loop trusts the result.
 
-    Args:
-        model: a transformers causal LM (decoder-only, full attention), in eval mode, on any
-            device and dtype, eager or SDPA attention.
-        tokenizer: its tokenizer; needed for a string prompt, ``stop`` and ``text``.
-        prompt: a string (tokenized as is, no chat template), or token ids: a sequence, a
-            1-D tensor or a ``(1, n)`` tensor. Batch size 1 only.
-        max_new_tokens: at most this many new tokens (>= 0).
-        method: ``"racer"``, ``"retrieval"``, ``"logits"``, ``"logits-last"``, ``"pld"`` or
-            ``"ar"`` (no drafts: one token per forward pass through the same loop).
-        capacity: draft-tree nodes per verify pass, root included (>= 1; paper 64).
-        breadth: k, the copy-logit table's top-k (>= 1; paper 8).
-        ngram, max_nodes, backend: passed to ``racer_ref.Drafter``.
-        temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
-        top_p: nucleus sampling threshold in (0, 1] (with ``temperature > 0``).
-        eos_token_id: int or list of ints; ``None`` takes the model's generation config
-            (as ``model.generate`` does); ``[]`` disables EOS.
-        stop: stop string(s); generation stops after the token that completes one (that
-            token is kept). Only generated text is searched.
-        streamer: a transformers streamer (``put(tensor)``, ``end()``); like
-            ``model.generate`` it first receives the prompt, then each committed block.
-        callback: called with each committed block of new token ids (a list of int).
-        drafter: a ``racer_ref.Drafter`` to use and keep across calls (the paper's shared
-            mode); ``None`` builds a fresh one for this request (the default, per-request).
-        observe_rejected: update the copy-logit table from every verified node (True, as
-            the paper) or from accepted nodes only.
-        seed, generator: randomness for sampling (a CPU ``torch.Generator`` wins over seed);
-            neither means torch's global generator.
-        cache: an empty ``transformers.DynamicCache`` to fill (default: a new one).
+#: Settings of ``model.generation_config`` that ``model.generate`` applies and we do not,
+#: with their neutral values: a setting away from them makes the two differ, so we warn.
+#: The sampling-only ones matter only with ``temperature > 0``.
+UNAPPLIED_SETTINGS = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "min_new_tokens": (None, 0), "min_length": (None, 0),
+    "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,),
+}
+UNAPPLIED_SAMPLING_SETTINGS = {
+    "top_k": (None, 0), "typical_p": (None, 1.0), "min_p": (None, 0.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+}
 
-    Returns:
-        a :class:`GenerationResult`.
 
-    Raises:
-        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
-            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
-            ``max_new_tokens < 0``, ``capacity < 1``, ``breadth < 1``, drafter parameters out
-            of range (checked for ``"ar"`` too), an unknown method, bad sampling arguments, an
-            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
-            model.
-        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
-            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
-            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
-            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
-            ``drafter`` without ``draft``/``observe``/``commit``.
-        All of them before any work is done (no forward pass, no drafter update).
+def _check_generation_config(model: Any, temperature: float) -> None:
+    """Warn about every setting of the model's generation config that ``model.generate``
+    would apply and ``generate()`` does not (they change the output or its distribution)."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return
+    settings = {**UNAPPLIED_SETTINGS, **(UNAPPLIED_SAMPLING_SETTINGS if temperature > 0 else {})}
+    ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in settings.items()
+               if getattr(config, name, None) not in neutral]
+    if ignored:
+        warnings.warn(f"model.generation_config: {', '.join(ignored)} not applied by racer_ref.generate "
+                      "(only temperature and top_p are), so its output differs from model.generate's",
+                      stacklevel=4)
+    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
+        warnings.warn(f"model.generation_config: cache_implementation={config.cache_implementation!r} is not "
+                      "used: racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
+                      stacklevel=4)
 
-    Stopping rules: the first EOS (kept in ``token_ids``) or stop string inside an accepted
-    block ends generation; ``max_new_tokens`` is never exceeded; prompt + output never
-    exceed ``model.config.max_position_embeddings`` tokens, so no position id at or beyond
-    it is ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
+
+
+class RootOnlyDrafter:
+    """The drafter of method ``"ar"``: every tree is the root alone (plain autoregressive
+    decoding through the same loop). It learns nothing, so it asks for no top-k (``breadth 0``)."""
+
+    method = "ar"
+    breadth = 0
+
+    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
+        return DraftTree.root_only(root)
+
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        """Nothing to learn."""
+
+    def commit(self, token_ids: Any) -> None:
+        """Nothing to learn."""
+
+
+#: generate()'s drafter parameters and their values when neither the caller nor a given
+#: drafter sets them (the paper's: capacity 64, breadth k = 8, n-grams of 10, 10,000 nodes).
+DRAFTER_DEFAULTS = {"capacity": 64, "breadth": 8, "ngram": 10, "max_nodes": 10_000, "backend": "rust"}
+
+
+def _drafter(drafter: Any, vocab_size: int, method: Optional[str], **given: Any) -> Any:
+    """The drafter of this call: the given one, or a new one for ``method``.
+
+    ``given`` holds the drafter parameters the caller passed (``None``: not passed). Each is
+    checked for kind and range whether or not a drafter is given; with a drafter, a value
+    that contradicts it (or one it has no such setting for) is refused, never ignored.
     """
-    started = time.perf_counter()
-    # ---- validate everything before any work ------------------------------------------
+    from racer_ref.drafter import BACKENDS, Drafter
+
+    for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
+        if given[name] is not None:
+            _check_int(name, given[name], low)
+    if given["breadth"] is not None and given["breadth"] > vocab_size:
+        raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
+    if given["backend"] is not None and given["backend"] not in BACKENDS:
+        raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
+    if drafter is None:
+        method = "racer" if method is None else method
+        if method == "ar":
+            return RootOnlyDrafter()
+        settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
+        return Drafter(method, vocab_size, settings.pop("capacity"), settings.pop("breadth"), **settings)
+    missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
+    if missing:
+        raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
+                        f"got {type(drafter).__name__} without {', '.join(missing)}")
+    if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
+        raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
+    for name, value in {"method": method, **given}.items():
+        own = getattr(drafter, name, None)
+        if value is None or value == own or (name == "breadth" and own is None):
+            continue  # (breadth is the k of the top-k rows passed to a drafter without one)
+        if own is not None:
+            raise ValueError(f"{name}: {value!r} contradicts the given drafter's {name} {own!r}; "
+                             "leave it out, or build the drafter with it")
+        warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
+                      "(the drafter decides)", stacklevel=4)
+    return drafter
+
+
+def _topk_width(drafter: Any, breadth: Optional[int], vocab_size: int) -> int:
+    """k, the top-k ids kept per verified logits row: the drafter's breadth (its copy-logit
+    rows; 0 for "ar"), or ``breadth`` for a drafter of the caller's that has none."""
+    own = getattr(drafter, "breadth", None)
+    k = own if own is not None else (DRAFTER_DEFAULTS["breadth"] if breadth is None else breadth)
+    return min(int(k), vocab_size)
+
+
+@dataclass
+class _Call:
+    """One ``generate()`` call, its arguments checked: what the loop needs and trusts."""
+
+    prompt_ids: np.ndarray  # (P,) int64
+    max_new_tokens: int
+    room: float  # new tokens that fit in the context length (inf when the model has none)
+    cache: Any
+    drafter: Any
+    k: int  # top-k ids kept per verified logits row (the drafter's breadth; 0 for "ar")
+    temperature: float
+    top_p: float
+    generator: Optional[torch.Generator]
+    observe_rejected: bool
+    output: "_Output"
+
+    def choose(self, logits_row: torch.Tensor) -> int:
+        """The root: argmax (greedy) or a sample of the target distribution (spec step 1)."""
+        if self.temperature == 0:
+            return int(logits_row.argmax())
+        return sample(target_probs(logits_row[None], self.temperature, self.top_p)[0], self.generator)
+
+
+def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, method: Any, capacity: Any,
+                breadth: Any, ngram: Any, max_nodes: Any, backend: Any, temperature: Any, top_p: Any,
+                eos_token_id: Any, stop: Any, streamer: Any, callback: Any, drafter: Any,
+                observe_rejected: Any, seed: Any, generator: Any, cache: Any) -> _Call:
+    """Check every argument of :func:`generate` (its "Raises" section) and bundle them."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
-    if method not in METHODS:
+    if method is not None and method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", max_new_tokens, 0)
-    _check_int("capacity", capacity, 1)
-    _check_int("breadth", breadth, 1)
     check_sampling_arguments(temperature, top_p)
+    _check_generation_config(model, temperature)
     vocab_size = int(config.vocab_size)
     prompt_ids = _prompt_ids(tokenizer, prompt, vocab_size)
     max_length = getattr(config, "max_position_embeddings", None)
@@ -350,143 +426,238 @@ def generate(
     if streamer is not None and not (callable(getattr(streamer, "put", None))
                                      and callable(getattr(streamer, "end", None))):
         raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
-    if drafter is None:
-        from racer_ref.drafter import Drafter
+    drafter = _drafter(drafter, vocab_size, method, capacity=capacity, breadth=breadth, ngram=ngram,
+                       max_nodes=max_nodes, backend=backend)
+    return _Call(
+        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=max_new_tokens,
+        room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
+        drafter=drafter, k=_topk_width(drafter, breadth, vocab_size),
+        temperature=temperature, top_p=top_p, generator=generator, observe_rejected=observe_rejected,
+        output=_Output(eos, stops, max_new_tokens, streamer, callback),
+    )
 
-        # Built for "ar" too, so that its arguments are checked alike; "ar" drafts nothing.
-        drafter = Drafter(method=method, vocab_size=vocab_size, capacity=capacity, breadth=breadth,
-                          ngram=ngram, max_nodes=max_nodes, backend=backend)
-        if method == "ar":
-            drafter = None
-    else:
-        missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
-        if missing:
-            raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
-                            f"got {type(drafter).__name__} without {', '.join(missing)}")
-        if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
-            raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
-    method = getattr(drafter, "method", method) if drafter is not None else method
-    # Copy-logit rows are the top-k ids of the target's logits, k = the drafter's breadth.
-    k = min(int(getattr(drafter, "breadth", breadth)), vocab_size)
-    limit = max_length if max_length is not None else math.inf
 
-    timings = dict.fromkeys(TIMING_KEYS, 0.0)
-    result = GenerationResult(token_ids=[], text=None, timings=timings, method=method)
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+class _Output:
+    """The new tokens, the stopping rules (EOS, stop strings, ``max_new_tokens``) and the
+    streaming of each committed block."""
 
-    def choose(logits_row: torch.Tensor) -> int:
-        """The root: argmax (greedy) or a sample of the target distribution (spec step 1)."""
-        if temperature == 0:
-            return int(logits_row.argmax())
-        return sample(target_probs(logits_row[None], temperature, top_p)[0], generator)
+    def __init__(self, eos: set, stops: _StopStrings, max_new_tokens: int, streamer: Any,
+                 callback: Optional[Callable[[List[int]], None]]) -> None:
+        self.token_ids: List[int] = []
+        self.eos, self.max_new_tokens = eos, max_new_tokens
+        self.stops = stops if stops.stop else None  # no stop strings: nothing to decode
+        self.streamer, self.callback = streamer, callback
+        self.stop_reason: Optional[str] = None  # set by the first stopping rule that fires
 
-    output = result.token_ids  # new tokens, root of the next step last
-    last_topk = None  # top-k ids of the logits row that produced the root ("logits-last")
-    drafted = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
-
-    def emit(block: List[int]) -> bool:
-        """Append a block of new tokens; cut it at the first stopping rule. True = stop."""
-        stopped = False
+    def emit(self, block: List[int]) -> int:
+        """Append a block of new tokens, cut at the first stopping rule; return how many
+        were kept (``stop_reason`` says whether a rule fired)."""
+        output = self.token_ids
         for n_kept, token in enumerate(block, start=1):
             output.append(token)
-            if token in eos:
-                result.stop_reason, stopped = "eos", True
-            elif stops.hit(output):
-                result.stop_reason, stopped = "stop_string", True
-            elif len(output) >= max_new_tokens:
-                result.stop_reason, stopped = "max_new_tokens", True
-            if stopped:
+            if token in self.eos:
+                self.stop_reason = "eos"
+            elif self.stops is not None and self.stops.hit(output):
+                self.stop_reason = "stop_string"
+            elif len(output) >= self.max_new_tokens:
+                self.stop_reason = "max_new_tokens"
+            if self.stop_reason is not None:
                 block = block[:n_kept]
                 break
-        if streamer is not None:
-            streamer.put(torch.tensor(block))
-        if callback is not None:
-            callback(list(block))
-        return stopped
+        if self.streamer is not None:
+            self.streamer.put(torch.tensor(block))
+        if self.callback is not None:
+            self.callback(list(block))
+        return len(block)
 
+
+class _Clock:
+    """Adds the wall time since the previous lap to one of :data:`TIMING_KEYS`."""
+
+    def __init__(self, model: Any) -> None:
+        self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        # GPU work is asynchronous: a lap that ends with target work waits for it first.
+        self.sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+        self.started = self.last = time.perf_counter()
+
+    def skip(self) -> None:
+        """Start the next lap now, adding the time since the last one to no key."""
+        self.last = time.perf_counter()
+
+    def lap(self, key: str, sync: bool = False) -> None:
+        if sync:
+            self.sync()
+        now = time.perf_counter()
+        self.timings[key] += now - self.last
+        self.last = now
+
+
+def generate(
+    model: Any,
+    tokenizer: Any = None,
+    prompt: Any = None,
+    max_new_tokens: int = 128,
+    method: Optional[str] = None,
+    capacity: Optional[int] = None,
+    breadth: Optional[int] = None,
+    ngram: Optional[int] = None,
+    max_nodes: Optional[int] = None,
+    backend: Optional[str] = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    eos_token_id: Any = None,
+    stop: Union[str, Sequence[str], None] = None,
+    streamer: Any = None,
+    callback: Optional[Callable[[List[int]], None]] = None,
+    drafter: Any = None,
+    observe_rejected: bool = True,
+    seed: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
+    cache: Any = None,
+) -> GenerationResult:
+    """Decode one prompt with RACER (or another drafter) and the target's verification.
+
+    Args:
+        model: a transformers causal LM (decoder-only, full attention), in eval mode, on any
+            device and dtype, eager or SDPA attention.
+        tokenizer: its tokenizer; needed for a string prompt, ``stop`` and ``text``.
+        prompt: a string (tokenized as is, no chat template), or token ids: a sequence, a
+            1-D tensor or a ``(1, n)`` tensor. Batch size 1 only.
+        max_new_tokens: at most this many new tokens (>= 0).
+        method: one of :data:`METHODS`: ``"racer"`` (the default), ``"retrieval"``,
+            ``"logits"``, ``"logits-last"``, ``"pld"`` or ``"ar"`` (no drafts: one token per
+            forward pass through the same loop).
+        capacity: draft-tree nodes per verify pass, root included (>= 1; default 64).
+        breadth: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
+        ngram, max_nodes, backend: passed to ``racer_ref.Drafter`` (defaults 10, 10,000,
+            ``"rust"``). For every drafter parameter ``None`` means the default, or with
+            ``drafter`` the drafter's own setting: a value that contradicts the given
+            drafter raises ``ValueError`` instead of being ignored.
+        temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
+        top_p: nucleus sampling threshold in (0, 1] (with ``temperature > 0``).
+        eos_token_id: int or list of ints; ``None`` takes the model's generation config
+            (as ``model.generate`` does); ``[]`` disables EOS.
+        stop: stop string(s); generation stops after the token that completes one (that
+            token is kept). Only generated text is searched.
+        streamer: a transformers streamer (``put(tensor)``, ``end()``); like
+            ``model.generate`` it first receives the prompt, then each committed block.
+        callback: called with each committed block of new token ids (a list of int).
+        drafter: a ``racer_ref.Drafter`` to use and keep across calls (the paper's shared
+            mode); ``None`` builds a fresh one for this request (the default, per-request).
+        observe_rejected: update the copy-logit table from every verified node (True, as
+            the paper) or from accepted nodes only.
+        seed, generator: randomness for sampling (a CPU ``torch.Generator`` wins over seed);
+            neither means torch's global generator.
+        cache: an empty ``transformers.DynamicCache`` to fill (default: a new one).
+
+    Returns:
+        a :class:`GenerationResult`.
+
+    Raises:
+        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
+            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
+            ``max_new_tokens < 0``, drafter parameters out of range (``capacity < 1``,
+            ``breadth`` outside ``[1, vocab_size]``, ``ngram < 2``, ``max_nodes < 1``, an unknown
+            ``backend``, checked for ``"ar"`` and with a given ``drafter`` too; the upper limits
+            by the drafter that is built), a drafter parameter or ``method`` that contradicts the
+            given ``drafter``, an unknown method, bad sampling arguments, an
+            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
+            model.
+        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
+            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
+            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
+            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
+            ``drafter`` without ``draft``/``observe``/``commit``.
+        All of them before any work is done (no forward pass, no drafter update).
+
+    Stopping rules: the first EOS (kept in ``token_ids``) or stop string inside an accepted
+    block ends generation; ``max_new_tokens`` is never exceeded; prompt + output never
+    exceed ``model.config.max_position_embeddings`` tokens, so no position id at or beyond
+    it is ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
+    """
+    clock = _Clock(model)
+    call = _check_call(model, tokenizer, prompt, max_new_tokens, method, capacity, breadth, ngram, max_nodes,
+                       backend, temperature, top_p, eos_token_id, stop, streamer, callback, drafter,
+                       observe_rejected, seed, generator, cache)
+    clock.skip()  # the checks count in "total" only
+    drafter, cache, out, k = call.drafter, call.cache, call.output, call.k
+    output = out.token_ids  # new tokens, the root of the next step last
+    result = GenerationResult(token_ids=output, text=None, timings=clock.timings,
+                              method=getattr(drafter, "method", None) or method or "racer")
+    committed = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
     # A Drafter serves one generate() call at a time: a second caller is refused at once.
-    from racer_ref.drafter import claim
-
     with claim(drafter), torch.inference_mode():
         if streamer is not None:
-            streamer.put(torch.tensor([prompt_ids]))
-        done = max_new_tokens == 0
+            streamer.put(torch.tensor(call.prompt_ids[None]))
+        clock.lap("bookkeeping")
+        done = call.max_new_tokens == 0
         if not done:
-            # ---- prefill: the prompt fills the cache and predicts the first root ------
-            tic = time.perf_counter()
-            prompt_t = torch.tensor(prompt_ids, device=model.device)  # (P,)
-            logits = forward_prompt(model, cache, prompt_t)  # (P, vocab)
-            root = choose(logits[-1])
-            sync()
-            timings["prefill"] += time.perf_counter() - tic
-            if drafter is not None:
-                # Copy-logit table rows for every prompt position; the automaton learns the prompt.
-                tic = time.perf_counter()
-                topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
-                last_topk = topk[-1]  # (k,) the row that produced the root
-                drafter.observe(np.asarray(prompt_ids, dtype=np.int64), topk)
-                drafter.commit(np.asarray(prompt_ids, dtype=np.int64))
-                timings["drafting"] += time.perf_counter() - tic
-            tic = time.perf_counter()
-            done = emit([root])
-            timings["bookkeeping"] += time.perf_counter() - tic
+            # ---- prefill: the prompt fills the cache and predicts the first root ----------
+            logits = forward_prompt(model, cache, torch.from_numpy(call.prompt_ids).to(model.device))  # (P, vocab)
+            root = call.choose(logits[-1])
+            clock.lap("prefill", sync=True)
+            # Copy-logit rows for every prompt position; the automaton learns the prompt.
+            topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
+            last_topk = topk[-1]  # (k,) the row that produced the root ("logits-last")
+            drafter.observe(call.prompt_ids, topk)
+            drafter.commit(call.prompt_ids)
+            clock.lap("drafting")
+            out.emit([root])
+            done = out.stop_reason is not None
+            clock.lap("bookkeeping")
         while not done:
             # Room left for this step's block (accepted drafts + next root).
-            room = min(max_new_tokens - len(output), limit - len(prompt_ids) - len(output))
+            room = min(call.max_new_tokens, call.room) - len(output)
             if room <= 0:
-                result.stop_reason = "max_length"
+                out.stop_reason = "max_length"
                 break
-            # ---- draft ------------------------------------------------------------------
-            tic = time.perf_counter()
-            tree = root_only_tree(root) if drafter is None else drafter.draft(root, last_topk=last_topk)
+            # ---- draft ----------------------------------------------------------------------
+            tree = drafter.draft(root, last_topk=last_topk)
             if int(tree.tokens[0]) != root:
                 raise RuntimeError(f"drafter returned a tree rooted at {tree.tokens[0]}, expected {root}")
             tree = clip_draft_tree(tree, room - 1)
-            timings["drafting"] += time.perf_counter() - tic
-            # ---- verify -----------------------------------------------------------------
-            tic = time.perf_counter()
+            clock.lap("drafting")
+            # ---- verify: one forward pass over the whole tree -------------------------------
             past_length = cache.get_seq_length()  # L = prompt + output - 1
             logits = forward_tree(model, cache, tree)  # (n, vocab)
-            sync()
-            timings["forward"] += time.perf_counter() - tic
-            # ---- accept -----------------------------------------------------------------
-            tic = time.perf_counter()
-            if drafter is not None:
-                # Every node's top-k feeds the copy-logit table; one top-k also gives the argmax.
-                topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
-            if temperature == 0:
-                predicted = None if drafter is None else argmax_from_topk(logits, topk_values, topk_ids)
-                accepted, next_root = accept_greedy(logits, tree, predicted)
+            clock.lap("forward", sync=True)
+            # ---- accept ---------------------------------------------------------------------
+            # Every node's top-k feeds the copy-logit table; the same top-k gives the argmax.
+            topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
+            if call.temperature == 0:
+                accepted, next_root = accept_greedy(logits, tree, argmax_from_topk(logits, topk_values, topk_ids))
             else:
-                accepted, next_root = accept_sampling(target_probs(logits, temperature, top_p), tree, generator)
-            timings["acceptance"] += time.perf_counter() - tic
-            result.accepted_lengths.append(len(accepted) - 1)
+                probs = target_probs(logits, call.temperature, call.top_p)  # (n, vocab)
+                accepted, next_root = accept_sampling(probs, tree, call.generator)
             result.tree_sizes.append(len(tree))
-            # ---- commit: cache, output, drafter ------------------------------------------
-            tic = time.perf_counter()
+            clock.lap("acceptance")
+            # ---- commit: cache, output, drafter ---------------------------------------------
             keep_accepted(cache, past_length, accepted)
-            done = emit(tree.tokens[accepted[1:]].tolist() + [next_root])
+            kept = out.emit(tree.tokens[accepted[1:]].tolist() + [next_root])
+            done = out.stop_reason is not None
+            # a counts what this step committed (cut by a stopping rule), a_raw what was accepted.
+            result.accepted_lengths.append(kept - 1)
+            result.raw_accepted_lengths.append(len(accepted) - 1)
             root = next_root
-            timings["bookkeeping"] += time.perf_counter() - tic
-            if drafter is not None:
-                tic = time.perf_counter()
-                topk = topk_ids.cpu().numpy()  # (n, k) int64
-                last_topk = topk[accepted[-1]]  # (k,) the row that produced the next root
-                observed = np.arange(len(tree)) if observe_rejected else np.asarray(accepted)
-                drafter.observe(tree.tokens[observed], topk[observed])
-                # The drafter learns every committed token except the newest (the next root):
-                # exactly the tokens now in the KV cache.
-                if not done:
-                    drafter.commit(np.asarray(output[drafted:-1], dtype=np.int64))
-                    drafted = len(output) - 1
-                timings["drafting"] += time.perf_counter() - tic
-        if drafter is not None and drafted < len(output):
+            clock.lap("bookkeeping")
+            topk = topk_ids.cpu().numpy()  # (n, k) int64
+            last_topk = topk[accepted[-1]]  # (k,) the row that produced the next root
+            observed = np.arange(len(tree)) if call.observe_rejected else np.asarray(accepted)
+            drafter.observe(tree.tokens[observed], topk[observed])
+            # The drafter learns every committed token except the newest (the next root):
+            # exactly the tokens now in the KV cache.
+            if not done:
+                drafter.commit(np.asarray(output[committed:-1], dtype=np.int64))
+                committed = len(output) - 1
+            clock.lap("drafting")
+        if committed < len(output):
             # The last tokens are output too: a shared drafter should know them next call.
-            drafter.commit(np.asarray(output[drafted:], dtype=np.int64))
+            drafter.commit(np.asarray(output[committed:], dtype=np.int64))
         if streamer is not None:
             streamer.end()
+    result.stop_reason = out.stop_reason or "max_new_tokens"
     if tokenizer is not None:
         result.text = tokenizer.decode(output, skip_special_tokens=True)
-    timings["total"] = time.perf_counter() - started
+    clock.lap("bookkeeping")
+    clock.timings["total"] = clock.last - clock.started
     return result
-

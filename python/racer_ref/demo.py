@@ -87,7 +87,7 @@ def automaton_walkthrough(
     tokenizer: Any = None, text: Optional[str] = None, out: Callable[[str], None] = print
 ) -> dict:
     """Commit real text to the automaton step by step, as a decoder would, and show what
-    the retrieval tree proposes (racer-spec.md steps 2 and 9).
+    the retrieval tree proposes (docs/explanation/spec.md steps 2 and 9).
 
     Args:
         tokenizer: a Hugging Face tokenizer; default: the default model's (SmolLM2).
@@ -249,7 +249,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
         n_r, n_g = len(racer.result.token_ids), len(greedy.result.token_ids)
         sp = (greedy.wall_s / max(1, n_g)) / (racer.wall_s / max(1, n_r))
         row = {"prompt": label, "racer_tokens": n_r, "racer_steps": racer.result.steps,
-               "racer_mat": n_r and (sum(racer.result.accepted_lengths) + racer.result.steps) / max(1, racer.result.steps),
+               "racer_mat": racer.result.mean_accepted_tokens,
                "racer_s": racer.wall_s, "greedy_tokens": n_g, "greedy_steps": greedy.result.steps,
                "greedy_s": greedy.wall_s, "speedup": sp, "same_output": same}
         rows.append(row)

@@ -4,7 +4,7 @@ The verification loop, the benchmarks and the tutorials all draft through this c
 dispatches to the Rust core (``racer_ref._core.Drafter``, the default) or to the
 teaching twin (``racer_ref.reference.drafter.Drafter``). Both give identical draft trees.
 
-See ``racer_ref.reference.drafter`` for how every method works, and racer-spec.md steps
+See ``racer_ref.reference.drafter`` for how every method works, and docs/explanation/spec.md steps
 2-4, 8 and 9 for the rules.
 """
 
@@ -15,12 +15,10 @@ import functools
 import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
 
-from racer_ref.tree import DraftTree
+from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: racer_ref.drafter.METHODS)
 
 _from_arrays = DraftTree.from_arrays
 
-#: Every method name, in documentation order.
-METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
 #: The two implementations.
 BACKENDS = ("rust", "python")
 
@@ -59,7 +57,7 @@ def _one_caller(method: _F) -> _F:
 class Drafter:
     """Builds one draft tree per decoding step for one drafting method.
 
-    Methods (racer-spec.md, "Peers to measure against"):
+    Methods (docs/explanation/spec.md, "Peers to measure against"):
 
     * ``"racer"``: retrieval tree (Aho-Corasick automaton) first, the logits tree
       (copy-logit table) fills the remaining capacity;
@@ -77,15 +75,13 @@ class Drafter:
     backends.
 
     Args:
-        method: one of ``METHODS``.
-        vocab_size: the target model's vocabulary size (token ids in ``[0, vocab_size)``).
-        capacity: maximum draft-tree nodes ``C``, root included (paper 64), in ``[1, 4096]``.
-        breadth: ``k``: copy-logit ids per row and the root's breadth (paper 8), in
-            ``[1, vocab_size]``.
-        ngram: automaton n-gram length ``n`` (paper 10).
-        max_nodes: automaton node budget (paper 10,000).
-        min_border_depth: shallowest border depth retrieved from (spec: 2).
-        backend: ``"rust"`` (fast) or ``"python"`` (the teaching twin).
+        method, vocab_size, capacity, breadth, ngram, max_nodes, min_border_depth: the
+            drafter's parameters, passed as given to the backend; both take the same
+            arguments with the same defaults and limits, documented on the twin,
+            :class:`racer_ref.reference.drafter.Drafter` (``method`` one of ``METHODS``;
+            paper values capacity 64, breadth 8, ngram 10, max_nodes 10,000).
+        backend: ``"rust"`` (fast, the default) or ``"python"`` (the teaching twin);
+            keyword only.
 
     ``None`` for a parameter means its default; ``vocab_size`` has no default.
 
@@ -110,17 +106,7 @@ class Drafter:
     ``max_nodes``, ``backend``) and ``repr()`` can be read at any time.
     """
 
-    def __init__(
-        self,
-        method: str = "racer",
-        vocab_size: Optional[int] = None,
-        capacity: int = 64,
-        breadth: int = 8,
-        ngram: int = 10,
-        max_nodes: int = 10_000,
-        min_border_depth: int = 2,
-        backend: str = "rust",
-    ) -> None:
+    def __init__(self, *args: Any, backend: str = "rust", **kwargs: Any) -> None:
         if backend == "rust":
             from racer_ref._core import Drafter as impl
         elif backend == "python":
@@ -128,7 +114,7 @@ class Drafter:
         else:
             raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
         self.backend = backend
-        self._impl = impl(method, vocab_size, capacity, breadth, ngram, max_nodes, min_border_depth)
+        self._impl = impl(*args, **kwargs)
         # The Rust core returns a tuple of arrays; the twin already returns a DraftTree.
         self._returns_tuple = backend == "rust"
         # The fixed settings, read once: reading them later needs no access to the core,
@@ -194,6 +180,7 @@ class Drafter:
 
     @property
     def vocab_size(self) -> int:
+        """The target model's vocabulary size."""
         return self._settings["vocab_size"]
 
     @property
@@ -244,7 +231,7 @@ class Drafter:
 
     @_one_caller
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
-        """Update the copy-logit table (racer-spec.md step 8).
+        """Update the copy-logit table (docs/explanation/spec.md step 8).
 
         Row ``token_ids[i]`` becomes ``topk_ids[i, :breadth]``; a token repeated in one call
         keeps its last row. Which tokens to pass is the caller's choice: every prompt
@@ -279,7 +266,7 @@ class Drafter:
 
     @_one_caller
     def draft(self, root: int, last_topk: Any = None) -> DraftTree:
-        """Build this step's draft tree (racer-spec.md steps 2-4).
+        """Build this step's draft tree (docs/explanation/spec.md steps 2-4).
 
         Args:
             root: the token the target just predicted (node 0 of the tree).

@@ -58,13 +58,11 @@ def accepted_path(tree: DraftTree, committed: Sequence[int]) -> List[int]:
     tokens = tree.tokens.tolist()
     if not len(committed) or int(committed[0]) != tokens[0]:
         return []
-    children: Dict[int, Dict[int, int]] = {}
-    for node, parent in enumerate(tree.parents.tolist()):
-        if parent >= 0:
-            children.setdefault(parent, {})[tokens[node]] = node
+    children = tree.children()
     path, node = [0], 0
     for token in committed[1:]:
-        node = children.get(node, {}).get(int(token), -1)
+        # The child of `node` carrying the next committed token, if the tree has one.
+        node = next((c for c in children[node] if tokens[c] == int(token)), -1)
         if node < 0:
             break
         path.append(node)

@@ -3,7 +3,7 @@
 We reuse transformers' own logits warpers so that "plain sampling from the target" means
 exactly what ``model.generate(do_sample=True, temperature=..., top_p=..., top_k=0)`` means.
 The lossless acceptance rule that consumes these distributions is
-:func:`racer_ref.verify.accept_sampling` (racer-spec.md, "Sampling").
+:func:`racer_ref.verify.accept_sampling` (docs/explanation/spec.md, "Sampling").
 """
 
 from __future__ import annotations

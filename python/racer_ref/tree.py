@@ -17,10 +17,15 @@ A 6-node tree and its arrays::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
+
+#: The drafting methods (both backends of ``racer_ref.Drafter``, and ``generate()``):
+#: ``"racer"`` retrieval tree + logits tree; ``"retrieval"`` the automaton only; ``"logits"``
+#: the copy-logit table only; ``"logits-last"`` the root's children from the logits that
+#: produced it; ``"pld"`` prompt lookup; ``"ar"`` the root only (plain decoding).
+METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
 
 #: ``sources`` values. The root is neither drafted by retrieval nor by logits.
 SOURCE_ROOT = 0
@@ -31,17 +36,17 @@ SOURCE_LOGITS = 2
 #: Both trees proposed this node (``SOURCE_RETRIEVAL | SOURCE_LOGITS``).
 SOURCE_BOTH = 3
 
-_SOURCE_NAMES = {SOURCE_ROOT: "root", SOURCE_RETRIEVAL: "retrieval",
+#: The name of each ``sources`` value.
+SOURCE_NAMES = {SOURCE_ROOT: "root", SOURCE_RETRIEVAL: "retrieval",
                  SOURCE_LOGITS: "logits", SOURCE_BOTH: "both"}
 
 
-@dataclass(slots=True)
 class DraftTree:
-    """A draft tree flattened breadth-first, root first (racer-spec.md step 4).
+    """A draft tree flattened breadth-first, root first (spec, "One decoding step", step 4).
 
-    Read-only by convention: drafters build a new tree, nobody edits one in place (a plain
-    slotted dataclass: building one costs a few hundred nanoseconds, a frozen dataclass
-    several times more, which the drafting hot path would pay every step).
+    Read-only by convention: drafters build a new tree, nobody edits one in place. (A plain
+    slotted class: building one costs a few hundred nanoseconds, a frozen dataclass several
+    times more, which the drafting hot path would pay every step.)
 
     Attributes:
         tokens: ``(n,)`` int64 token ids; ``tokens[0]`` is the root.
@@ -52,21 +57,37 @@ class DraftTree:
         attention_mask: ``(n, n)`` bool tree attention mask: ``[i, j]`` is True iff
             j is i or an ancestor of i.
         retrieve_indices: ``(num_leaves, max_depth + 1)`` int64, one row per
-            root-to-leaf path (node indices, root first), padded with -1.
+            root-to-leaf path (node indices, root first, leaves in node order), padded
+            with -1. The loop does not need it (it walks the tree from the root), so a tree
+            built here without it computes it on first read.
         sources: ``(n,)`` uint8: ``SOURCE_ROOT``, ``SOURCE_RETRIEVAL``,
             ``SOURCE_LOGITS`` or ``SOURCE_BOTH``.
     """
 
-    tokens: np.ndarray
-    parents: np.ndarray
-    depths: np.ndarray
-    attention_mask: np.ndarray
-    retrieve_indices: np.ndarray
-    sources: np.ndarray
+    __slots__ = ("tokens", "parents", "depths", "attention_mask", "_retrieve_indices", "sources")
+
+    def __init__(self, tokens: np.ndarray, parents: np.ndarray, depths: np.ndarray,
+                 attention_mask: np.ndarray, retrieve_indices: Optional[np.ndarray],
+                 sources: np.ndarray) -> None:
+        self.tokens = tokens
+        self.parents = parents
+        self.depths = depths
+        self.attention_mask = attention_mask
+        self._retrieve_indices = retrieve_indices  # None: computed on first read
+        self.sources = sources
+
+    @property
+    def retrieve_indices(self) -> np.ndarray:
+        if self._retrieve_indices is None:
+            self._retrieve_indices = leaf_paths(self.parents, self.depths)
+        return self._retrieve_indices
 
     def __len__(self) -> int:
         """Number of nodes ``n`` (root included)."""
         return int(self.tokens.shape[0])
+
+    def __repr__(self) -> str:
+        return f"DraftTree({len(self)} nodes, tokens={self.tokens.tolist()}, parents={self.parents.tolist()})"
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray]) -> "DraftTree":
@@ -74,6 +95,22 @@ class DraftTree:
         retrieve_indices, sources), as the Rust core returns them. No checks (this is the
         drafting hot path): call :meth:`validate` for those."""
         return cls(*arrays)
+
+    @classmethod
+    def root_only(cls, root: int) -> "DraftTree":
+        """The one-node tree of plain autoregressive decoding (method ``"ar"``)."""
+        return cls(np.array([root], dtype=np.int64), np.array([-1], dtype=np.int64),
+                   np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=bool), None,
+                   np.array([SOURCE_ROOT], dtype=np.uint8))
+
+    def children(self) -> List[List[int]]:
+        """``children[u]``: the node indices whose parent is u, in breadth-first (= draft
+        priority) order."""
+        children: List[List[int]] = [[] for _ in range(len(self))]
+        for node, parent in enumerate(self.parents.tolist()):
+            if parent >= 0:
+                children[parent].append(node)
+        return children
 
     def validate(self, vocab_size: Optional[int] = None) -> None:
         """Check every structural invariant; raise ``ValueError`` naming the first broken one.
@@ -131,27 +168,20 @@ class DraftTree:
         if not np.array_equal(self.attention_mask, expected):
             fail("attention_mask row i is not exactly i and its ancestors")
         # retrieve_indices: one row per leaf (in node order), root to leaf, -1 padded.
-        is_leaf = np.ones(n, dtype=bool)
-        is_leaf[parents[1:]] = False
-        leaves = np.flatnonzero(is_leaf)
-        width = int(depths.max()) + 1
-        if self.retrieve_indices.shape != (len(leaves), width):
+        expected_paths = leaf_paths(parents, depths)
+        if self.retrieve_indices.shape != expected_paths.shape:
             fail(f"retrieve_indices has shape {self.retrieve_indices.shape}, "
-                 f"expected ({len(leaves)}, {width})")
-        for row, leaf in zip(self.retrieve_indices, leaves):
-            d = int(depths[leaf])
-            path = [int(leaf)]
-            while path[-1] != 0:
-                path.append(int(parents[path[-1]]))
-            if row[: d + 1].tolist() != path[::-1] or (row[d + 1:] != -1).any():
+                 f"expected {expected_paths.shape}")
+        for row, path in zip(self.retrieve_indices, expected_paths):
+            if not np.array_equal(row, path):
+                leaf = path[path >= 0][-1]
                 fail(f"retrieve_indices row for leaf {leaf} is not its root-to-leaf path")
 
     def subtree(self, keep: Any) -> "DraftTree":
         """The draft tree made of the nodes ``keep`` of this one (a prefix-closed set).
 
         The kept nodes stay in breadth-first order; the attention mask is the kept block
-        of this one (a node's ancestors are all kept), parents are renumbered, and
-        ``retrieve_indices`` is rebuilt for the new leaves. The verification loop uses it
+        of this one (a node's ancestors are all kept) and parents are renumbered. The verification loop uses it
         to clip a tree in depth (``racer_ref.decoding.clip_draft_tree``)::
 
             keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
@@ -177,36 +207,22 @@ class DraftTree:
         parents = np.where(old_parents >= 0, new_index[np.maximum(old_parents, 0)], -1)
         if (parents[1:] < 0).any():
             raise ValueError("keep: every kept node needs its parent kept too")
-        # The new leaves (nodes without a kept child), each with its root-to-leaf path.
-        has_child = np.zeros(len(old), dtype=bool)
-        has_child[parents[1:]] = True
-        depths = self.depths[old]
-        leaves = np.flatnonzero(~has_child)
-        retrieve_indices = np.full((len(leaves), int(depths.max()) + 1), -1, dtype=np.int64)
-        for row, leaf in enumerate(leaves.tolist()):
-            node = leaf
-            # Walk up from the leaf, filling the row from its depth back to column 0.
-            for d in range(int(depths[leaf]), -1, -1):
-                retrieve_indices[row, d] = node
-                node = int(parents[node])
         return DraftTree(
             tokens=self.tokens[old],
             parents=parents.astype(np.int64),
-            depths=depths,
+            depths=self.depths[old],
             attention_mask=self.attention_mask[np.ix_(old, old)],
-            retrieve_indices=retrieve_indices,
+            retrieve_indices=None,
             sources=self.sources[old],
         )
 
     def pretty(self) -> str:
         """The tree as indented text, one node per line: ``index token [source]``."""
-        children: dict[int, list[int]] = {i: [] for i in range(len(self))}
-        for i in range(1, len(self)):
-            children[int(self.parents[i])].append(i)
+        children = self.children()
         lines: list[str] = []
 
         def walk(i: int, prefix: str, tail: str) -> None:
-            source = _SOURCE_NAMES.get(int(self.sources[i]), "?")
+            source = SOURCE_NAMES.get(int(self.sources[i]), "?")
             lines.append(f"{tail}{i}: {int(self.tokens[i])} [{source}]")
             kids = children[i]
             for c, kid in enumerate(kids):
@@ -215,3 +231,28 @@ class DraftTree:
 
         walk(0, "", "")
         return "\n".join(lines)
+
+
+def leaf_paths(parents: np.ndarray, depths: np.ndarray) -> np.ndarray:
+    """``retrieve_indices`` of a tree: one row per leaf (a node without children), in node
+    order, listing node indices from the root down to the leaf, padded with -1.
+
+    Args:
+        parents, depths: ``(n,)`` int64, as in :class:`DraftTree`.
+
+    Returns:
+        ``(num_leaves, max_depth + 1)`` int64.
+    """
+    n = len(parents)
+    is_leaf = np.ones(n, dtype=bool)
+    is_leaf[parents[1:]] = False
+    leaves = np.flatnonzero(is_leaf).tolist()
+    paths = np.full((len(leaves), int(depths.max()) + 1), -1, dtype=np.int64)
+    parent_of = parents.tolist()
+    for row, leaf in enumerate(leaves):
+        node = leaf
+        # Walk up from the leaf, filling the row from its depth back to column 0.
+        for d in range(int(depths[leaf]), -1, -1):
+            paths[row, d] = node
+            node = parent_of[node]
+    return paths

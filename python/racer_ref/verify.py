@@ -1,6 +1,6 @@
 """The verification loop: one forward pass over a draft tree, keep what the target agrees with.
 
-This is racer-spec.md steps 5 (verify), 6 (accept) and 7 (commit, the KV-cache half), plus
+This is docs/explanation/spec.md steps 5 (verify), 6 (accept) and 7 (commit, the KV-cache half), plus
 the lossless acceptance rule of its "Sampling" section. It knows drafters only through the
 flat arrays of a :class:`~racer_ref.reference.draft_tree.DraftTree`. Read it top to bottom.
 
@@ -124,15 +124,6 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
     return out.logits[0]  # (n, vocab)
 
 
-def children_of(tree: DraftTree) -> List[List[int]]:
-    """``children[u]``: node indices whose parent is u, in BFS (= draft priority) order."""
-    children: List[List[int]] = [[] for _ in range(len(tree))]
-    for node, parent in enumerate(tree.parents.tolist()):
-        if parent >= 0:
-            children[parent].append(node)
-    return children
-
-
 def argmax_from_topk(logits: torch.Tensor, topk_values: torch.Tensor, topk_ids: torch.Tensor) -> List[int]:
     """``logits.argmax(dim=-1)`` as a list, read off a top-k the caller computed anyway.
 
@@ -179,7 +170,7 @@ def accept_greedy(
         # One device->host copy for the whole tree: n small ints.
         predicted = logits.argmax(dim=-1).tolist()  # (n,) as a list of ints
     tokens = tree.tokens.tolist()
-    children = children_of(tree)
+    children = tree.children()
     accepted = [0]
     node = 0
     while True:
@@ -222,7 +213,7 @@ def accept_sampling(
     # p_parent(child token) for every non-root node, gathered on the device, copied once.
     p_draft = [0.0] + probs[parents, child_tokens].tolist()  # (n,) as a list; [0] unused
     tokens = tree.tokens.tolist()
-    children = children_of(tree)
+    children = tree.children()
     accepted = [0]
     node = 0
     while True:

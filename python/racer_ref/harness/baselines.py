@@ -2,13 +2,13 @@
 
 ``hf-greedy`` is plain greedy decoding (``do_sample=False``); ``hf-pld`` is transformers'
 prompt lookup decoding (``prompt_lookup_num_tokens=10, max_matching_ngram_size=2``), the PLD
-peer named in racer-spec.md ("Peers to measure against").
+peer named in docs/explanation/spec.md ("Peers to measure against").
 
 To make their numbers comparable with ours we count the model's forward calls with a hook on
 ``model.forward``: the first call is the prefill, every later call is one **step**. From the
 KV-cache length seen at the start of consecutive steps we recover each step's tokens per step
 ``a + 1`` (for ``hf-greedy`` always 1), so MAT is defined exactly as for RACER
-(racer-spec.md, "Terms": mean of ``a + 1`` over all decoding steps).
+(docs/explanation/spec.md, "Terms": mean of ``a + 1`` over all decoding steps).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
+
+from racer_ref.metrics import mean_accepted_tokens
 
 #: Methods implemented here.
 HF_METHODS = ("hf-greedy", "hf-pld")
@@ -30,7 +32,8 @@ class BaselineResult:
         text: ``token_ids`` decoded (special tokens skipped).
         accepted_lengths: per step (forward call after the prefill), draft tokens accepted
             (``a``, root excluded); the last step is clipped to ``max_new_tokens``.
-        mean_accepted_tokens: MAT = mean of ``a + 1`` over steps (1.0 when there are no steps).
+        mean_accepted_tokens: MAT (:func:`racer_ref.metrics.mean_accepted_tokens`; NaN
+            when there are no steps).
         timings: seconds: ``prefill`` (first forward), ``forward`` (later forwards),
             ``other`` (everything else inside ``model.generate``), ``total``.
         steps: number of forward calls after the prefill.
@@ -176,14 +179,13 @@ def hf_generate(
     new = [int(t) for t in out[0, ids.shape[1]:].tolist()]
     per_step = tokens_per_step(counter.calls, ids.shape[1], len(new))
     accepted = [max(0, k - 1) for k in per_step]
-    mat = sum(per_step) / len(per_step) if per_step else 1.0
     prefill = counter.calls[0][2] if counter.calls else 0.0
     fwd = sum(c[2] for c in counter.calls[1:])
     return BaselineResult(
         token_ids=new,
         text=tokenizer.decode(new, skip_special_tokens=True),
         accepted_lengths=accepted,
-        mean_accepted_tokens=mat,
+        mean_accepted_tokens=mean_accepted_tokens(accepted),
         timings={"prefill": prefill, "forward": fwd, "other": max(0.0, total - prefill - fwd),
                  "total": total},
         steps=len(per_step),

@@ -19,14 +19,14 @@ Methods:
 ``racer``      retrieval tree + copy-logit tree (RACER)
 =============  =============================================================================
 
-Definitions (racer-spec.md, "Terms"): a **step** is one target forward pass after the
+Definitions (docs/explanation/spec.md, "Terms"): a **step** is one target forward pass after the
 prefill (for ``hf-*`` the forward calls counted by a hook); **MAT** is the mean of ``a + 1``
 over all steps of all prompts; **speedup** of a method over a baseline is token-weighted:
 ``(sum wall_s / sum new_tokens)`` of the baseline divided by the same for the method, over
 the prompts both ran. ``wall_s`` is the wall time of one call from token ids to output ids
 (prefill included, model loading and tokenization excluded). Drafter state is per request
 by default; ``drafter_state="shared"`` (``--drafter-state shared``) keeps one drafter per method
-across all prompts, warm-up included, as the paper's evaluation did (racer-spec.md, "State
+across all prompts, warm-up included, as the paper's evaluation did (docs/explanation/spec.md, "State
 lifetime"); ``meta.json`` and the summary record which.
 """
 
@@ -48,7 +48,7 @@ from racer_ref.harness.datasets import Prompt, encode_prompt
 from racer_ref.harness.plots import write_plots
 from racer_ref.harness.summary import METHODS, read_results, summary_tables
 
-#: How long drafter state lives in a benchmark (racer-spec.md, "State lifetime").
+#: How long drafter state lives in a benchmark (docs/explanation/spec.md, "State lifetime").
 DRAFTER_STATES = ("per-request", "shared")
 
 #: Methods whose drafter builds trees, so that ``capacity`` (and ``auto``) applies.
@@ -246,11 +246,13 @@ class MethodRunner:
         gen_seed = seed if self.temperature > 0 else None
         self._sync()
         tic = time.perf_counter()
+        # A drafter made here carries the method and its settings; otherwise generate() makes one.
+        settings = dict(drafter=drafter) if drafter is not None else dict(
+            method=method, capacity=int(capacity) if isinstance(capacity, int) else 64,
+            breadth=self.breadth, backend=self.backend)
         result = generate(
-            self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, method=method,
-            capacity=int(capacity) if isinstance(capacity, int) else 64, breadth=self.breadth,
-            backend=self.backend, temperature=self.temperature, eos_token_id=self.eos_token_id,
-            drafter=drafter, seed=gen_seed, callback=callback,
+            self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, temperature=self.temperature,
+            eos_token_id=self.eos_token_id, seed=gen_seed, callback=callback, **settings,
         )
         self._sync()
         wall = time.perf_counter() - tic
@@ -276,6 +278,11 @@ def method_order(methods: Sequence[str], index: int) -> List[str]:
     return list(methods[k:]) + list(methods[:k])
 
 
+def _json_number(x: float) -> Optional[float]:
+    """``x``, or ``None`` (JSON ``null``) for NaN, which JSON has no word for."""
+    return None if math.isnan(x) else x
+
+
 def first_mismatch(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
     """Index of the first position where ``a`` and ``b`` differ (a length difference counts),
     or None when equal."""
@@ -283,11 +290,6 @@ def first_mismatch(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _mat(result: Any) -> Optional[float]:
-    acc = list(result.accepted_lengths)
-    return float(np.mean(acc) + 1.0) if acc else None
 
 
 def run_bench(
@@ -401,7 +403,7 @@ def run_bench(
                     "wall_s": round(o.wall_s, 6),
                     "wall_s_runs": [round(w, 6) for w in walls[method]] if repeats > 1 else None,
                     "tokens_per_s": round(new / o.wall_s, 4) if o.wall_s > 0 else None,
-                    "mean_accepted_tokens": _mat(r),
+                    "mean_accepted_tokens": _json_number(r.mean_accepted_tokens),
                     "accepted_lengths": [int(a) for a in r.accepted_lengths],
                     "matches_ar": (mismatch is None) if ar_ids is not None else None,
                     "first_mismatch": mismatch,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
+from racer_ref.metrics import mean_accepted_tokens
+
 #: Every method ``racer-ref bench`` runs, in the order tables list them.
 METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
 
@@ -38,9 +40,12 @@ class Aggregate:
     matches: int
     checked: int
 
+    accepted_lengths: List[int]  # pooled over the rows
+
     @property
     def mat(self) -> float:
-        return self.tokens_in_steps / self.steps if self.steps else math.nan
+        """MAT over all steps of all rows (:func:`racer_ref.metrics.mean_accepted_tokens`)."""
+        return mean_accepted_tokens(self.accepted_lengths)
 
     @property
     def tokens_per_s(self) -> float:
@@ -62,6 +67,7 @@ def aggregate(rows: Iterable[Dict[str, Any]]) -> Aggregate:
         wall_s=sum(r["wall_s"] for r in rows),
         matches=sum(1 for r in rows if r.get("matches_ar") is True),
         checked=sum(1 for r in rows if r.get("matches_ar") is not None),
+        accepted_lengths=[a for r in rows for a in r["accepted_lengths"]],
     )
 
 

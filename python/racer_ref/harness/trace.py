@@ -59,14 +59,6 @@ def token_label(tokenizer: Any, token: int) -> str:
     return repr(text) if text else f"#{token}"
 
 
-def _children(tree: DraftTree) -> List[List[int]]:
-    kids: List[List[int]] = [[] for _ in range(len(tree))]
-    for node, parent in enumerate(tree.parents.tolist()):
-        if parent >= 0:
-            kids[parent].append(node)
-    return kids
-
-
 def source_counts(tree: DraftTree) -> Dict[str, int]:
     """Nodes per source name (root excluded)."""
     counts = {name: 0 for code, (name, _) in SOURCE_STYLE.items() if code != SOURCE_ROOT}
@@ -100,7 +92,7 @@ def render_step(step: TraceStep, tokenizer: Any = None, max_nodes: Optional[int]
     from rich.tree import Tree
 
     tree = step.tree
-    kids = _children(tree)
+    kids = tree.children()
     on_path = set(step.accepted)
     tokens = tree.tokens.tolist()
     sources = tree.sources.tolist()
@@ -241,7 +233,7 @@ def draw_step(step: TraceStep, path: Union[str, Path], tokenizer: Any = None) ->
     import matplotlib.pyplot as plt
 
     tree = step.tree
-    kids = _children(tree)
+    kids = tree.children()
     # y of a leaf = its rank among leaves (DFS order); y of an inner node = mean of its children.
     y: Dict[int, float] = {}
     next_leaf = [0]

@@ -2,7 +2,7 @@
 
 This is the teaching version of ``rust/src/automaton.rs``. It has the same API and gives
 the same results (the tests compare ``dump()`` and ``retrieve()`` of both after every
-operation), but it is written to be read from top to bottom. Sources: racer-spec.md,
+operation), but it is written to be read from top to bottom. Sources: docs/explanation/spec.md,
 "The automaton", step 2 ("Retrieval tree") and step 9 ("Update the automaton").
 
 API (shared with ``racer_ref.Automaton``):

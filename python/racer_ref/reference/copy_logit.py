@@ -1,6 +1,6 @@
 """The copy-logit table, written to be read (twin of ``rust/src/copy_logit.rs``).
 
-Where it comes from: racer-spec.md, the "copy-logit table" term and step 8.
+Where it comes from: docs/explanation/spec.md, the "copy-logit table" term and step 8.
 
 The idea in one picture. Every time the target model reads a token ``v`` it also tells us,
 for free, what it thinks comes next (its logits at that position). We remember the best

@@ -1,6 +1,6 @@
 """The draft tree, written to be read (twin of ``rust/src/draft_tree.rs``).
 
-Where it comes from: racer-spec.md steps 2-4.
+Where it comes from: docs/explanation/spec.md steps 2-4.
 
 The draft tree is a token trie rooted at the **root** (the token the target just
 predicted). Every node is one token fed to the target in the next verify pass, so the
@@ -162,18 +162,9 @@ class TreeBuilder:
         attention_mask = np.eye(n, dtype=bool)
         for i in range(1, n):
             attention_mask[i] |= attention_mask[parents[i]]
-        # retrieve_indices: one row per leaf (a node without children), in node order,
-        # listing node indices from the root down to the leaf, padded with -1.
-        leaves = [i for i, old in enumerate(order) if not self.children[old]]
-        width = int(depths.max()) + 1
-        retrieve_indices = np.full((len(leaves), width), -1, dtype=np.int64)
-        for row, leaf in enumerate(leaves):
-            node = leaf
-            # Walk up from the leaf, filling the row from its depth back to column 0.
-            for d in range(int(depths[leaf]), -1, -1):
-                retrieve_indices[row, d] = node
-                node = int(parents[node])
-        return DraftTree(tokens, parents, depths, attention_mask, retrieve_indices, sources)
+        # retrieve_indices: one row per leaf, its root-to-leaf node indices padded with -1
+        # (racer_ref.tree.leaf_paths); nothing in the loop reads it, so it is built on demand.
+        return DraftTree(tokens, parents, depths, attention_mask, None, sources)
 
 
 def _check_token(arg: str, token: Any, vocab_size: Optional[int]) -> int:
@@ -192,7 +183,7 @@ def build_draft_tree(
     table: Optional[CopyLogitTable] = None,
     root_topk: Optional[Any] = None,
 ) -> DraftTree:
-    """Build one draft tree (racer-spec.md steps 2-4).
+    """Build one draft tree (docs/explanation/spec.md steps 2-4).
 
     Args:
         root: the root token (node 0).

@@ -1,6 +1,6 @@
 """Drafters, written to be read (twin of ``rust/src/drafter.rs``).
 
-Where it comes from: racer-spec.md steps 2-4 (drafting), 8 (copy-logit update) and 9
+Where it comes from: docs/explanation/spec.md steps 2-4 (drafting), 8 (copy-logit update) and 9
 (automaton update), plus the peers in "Peers to measure against".
 
 A drafter turns "committed tokens + root" into a draft tree. Every method here returns the
@@ -46,10 +46,8 @@ from racer_ref.reference.copy_logit import (
     check_token_id,
     check_token_ids,
 )
-from racer_ref.reference.draft_tree import DraftTree, build_draft_tree, check_capacity
-
-#: Every method name, in documentation order.
-METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
+from racer_ref.reference.draft_tree import build_draft_tree, check_capacity
+from racer_ref.tree import METHODS, DraftTree
 #: Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
 PLD_MAX_NGRAM = 3
 #: Prompt lookup: at most this many tokens are copied after the match.

@@ -1,6 +1,6 @@
 """The logits tree, written to be read (twin of ``rust/src/logits_tree.rs``).
 
-Where it comes from: racer-spec.md step 3, the paper's Eq. 3.
+Where it comes from: docs/explanation/spec.md step 3, the paper's Eq. 3.
 
 The retrieval tree can only propose continuations that already occurred in the context.
 The logits tree fills the rest of the draft tree from the copy-logit table: starting at the
