@@ -54,11 +54,14 @@ def check_bounds(d: Drafter) -> None:
 def test_second_caller_is_refused_while_generate_runs(backend) -> None:
     d = Drafter(vocab_size=VOCAB, max_nodes=MAX_NODES, ngram=4, backend=backend)
     inside, release = threading.Event(), threading.Event()
+    # Build the model and the oracles here, not in the thread: under load, building a
+    # model inside the thread could outlast the waits below.
+    greedy(0), greedy(1)
 
     def hold(block: List[int]) -> None:
         # Called by generate() after each block, while it holds the drafter.
         inside.set()
-        assert release.wait(30)
+        release.wait(300)
 
     outcome: Dict[str, object] = {}
 
@@ -67,7 +70,7 @@ def test_second_caller_is_refused_while_generate_runs(backend) -> None:
 
     thread = threading.Thread(target=first, name="first-request")
     thread.start()
-    assert inside.wait(30)
+    assert inside.wait(300)
     committed = d._impl.num_committed  # read the core directly: the wrapper would refuse
     # Three more callers, each refused at once (none of them waits for the first).
     errors = []
@@ -89,7 +92,8 @@ def test_second_caller_is_refused_while_generate_runs(backend) -> None:
     assert (d.method, d.vocab_size, d.max_nodes) == ("racer", VOCAB, MAX_NODES)
     assert "Drafter(method='racer'" in repr(d)
     release.set()
-    thread.join(60)
+    thread.join(300)
+    assert not thread.is_alive()
     assert outcome["first"].token_ids == list(greedy(0))
     for message in errors:
         assert "in use by generate() in thread 'first-request'" in message
@@ -142,7 +146,7 @@ def test_four_threads_share_one_drafter(backend) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(600)
     assert len(outcomes) == 12
     assert [o for o in outcomes if o[0] == "error"] == []
     served = [o for o in outcomes if o[0] == "ok"]
@@ -193,9 +197,10 @@ def test_direct_method_calls_from_threads_never_corrupt(backend) -> None:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(120)
+            t.join(600)
     finally:
         sys.setswitchinterval(before)
+    assert not any(t.is_alive() for t in threads)
     assert errors == []
     counts = {key: sum(c[key] for c in per_thread) for key in per_thread[0]}
     assert counts["ok"] > 0
