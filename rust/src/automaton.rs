@@ -208,6 +208,16 @@ const ROOT_WINDOW: WindowRef = WindowRef {
 };
 
 /// Counters, reported by `stats()`.
+///
+/// ```
+/// use racer_ref::automaton::Automaton;
+/// let mut a = Automaton::new(100, 3, 2)?;
+/// a.extend(&[1, 2, 3]);
+/// a.retrieve(2, 8)?;
+/// let st = a.stats();
+/// assert_eq!((st.committed_tokens, st.inserts, st.evictions, st.retrieves), (3, 6, 0, 1));
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Tokens committed by `extend` since construction or `reset()`.
@@ -348,6 +358,17 @@ struct Scratch {
 ///
 /// See the module documentation for the semantics; the Python class `racer_ref.Automaton`
 /// wraps this type one to one.
+///
+/// ```
+/// use racer_ref::automaton::Automaton;
+/// let mut a = Automaton::new(10_000, 10, 2)?;
+/// // Step 9: commit tokens. "the cat sat . the cat" as ids 1 2 3 4 1 2.
+/// a.extend(&[1, 2, 3, 4, 1, 2]);
+/// // Step 2: the retrieval tree for the root 3 ("sat"): the context ends in "the cat", which
+/// // was followed by "sat . the cat" before.
+/// assert_eq!(a.retrieve(3, 8)?, vec![vec![3, 4, 1, 2]]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Automaton {
     max_nodes: usize,

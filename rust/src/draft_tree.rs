@@ -53,6 +53,12 @@ pub const SOURCE_RETRIEVAL: u8 = 1;
 /// `sources` bit: the node came from the logits tree.
 pub const SOURCE_LOGITS: u8 = 2;
 /// `sources` value of a node proposed by both trees.
+///
+/// ```
+/// use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// assert_eq!(SOURCE_BOTH & SOURCE_RETRIEVAL, SOURCE_RETRIEVAL);
+/// assert_eq!(SOURCE_BOTH & SOURCE_LOGITS, SOURCE_LOGITS);
+/// ```
 pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
 
 /// "No node" in the arena links.
@@ -86,6 +92,17 @@ impl Node {
 }
 
 /// What [`TreeBuilder::insert_child`] did.
+///
+/// ```
+/// use racer_ref::draft_tree::{Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// let mut b = TreeBuilder::new();
+/// b.reset(0, 2)?;
+/// assert_eq!(b.insert_child(0, 5, SOURCE_RETRIEVAL), Insert::Added(1));
+/// // The same child again costs nothing; it is now drafted by both trees.
+/// assert_eq!(b.insert_child(0, 5, SOURCE_LOGITS), Insert::Existing { node: 1, had: SOURCE_RETRIEVAL });
+/// assert_eq!(b.insert_child(0, 6, SOURCE_LOGITS), Insert::Full); // capacity 2 is reached
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Insert {
     /// A new node was created (it cost one unit of budget).
