@@ -65,11 +65,46 @@ use crate::{check_capacity, TokenId, MAX_TOKEN_ID};
 /// aho-corasick's). Only the automaton makes them; [`Automaton::matching_state`] and
 /// [`Automaton::borders`] hand them out, and [`Automaton::path`], [`Automaton::depth`],
 /// [`Automaton::freq`] and [`Automaton::fail`] read them.
-pub type StateID = u32;
+///
+/// A newtype over the slot number (`u32`, as compact as the bare number: the arena and the
+/// links stay 4 bytes per id), so that a state cannot be confused with a token id, a
+/// depth or a rank in a signature or a struct field.
+///
+/// ```
+/// use racer_ref::automaton::{Automaton, ROOT};
+/// let mut a = Automaton::new(100, 3, 2)?;
+/// a.extend(&[4, 5]);
+/// let s = a.matching_state();
+/// assert_ne!(s, ROOT);
+/// assert_eq!(a.path(s), vec![4, 5]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
+pub struct StateID(u32);
+
+impl StateID {
+    /// The state in arena slot `slot` (slots are below `MAX_NODES_LIMIT + 1 < 2**32`).
+    #[inline]
+    fn from_slot(slot: usize) -> StateID {
+        StateID(slot as u32)
+    }
+
+    /// The arena slot of the state: a number that says nothing about the state's string,
+    /// and changes when the state is evicted and its string comes back.
+    #[inline]
+    pub fn slot(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// The root state (the empty string). It is never evicted and not counted by `len()`.
-pub const ROOT: StateID = 0;
+pub const ROOT: StateID = StateID(0);
 /// "No state".
-const NONE: StateID = u32::MAX;
+const NONE: StateID = StateID(u32::MAX);
+/// "No node" in the links of the retrieval search's kept nodes and candidates, which are
+/// ranks (indices into `Scratch::kept` and `Scratch::siblings`), not states.
+const NO_RANK: u32 = u32::MAX;
 /// Largest accepted `ngram` (depth bound of the trie).
 pub const MAX_NGRAM: i64 = 256;
 /// Largest accepted `max_nodes` (2**31 - 1: slot numbers stay below `NONE` with room to
@@ -113,7 +148,7 @@ type ChildMap = HashMap<u64, StateID, BuildHasherDefault<KeyHasher>>;
 
 #[inline]
 fn child_key(parent: StateID, token: u32) -> u64 {
-    (u64::from(parent) << 32) | u64::from(token)
+    (u64::from(parent.0) << 32) | u64::from(token)
 }
 
 #[inline]
@@ -173,6 +208,16 @@ const ROOT_WINDOW: WindowRef = WindowRef {
 };
 
 /// Counters, reported by `stats()`.
+///
+/// ```
+/// use racer_ref::automaton::Automaton;
+/// let mut a = Automaton::new(100, 3, 2)?;
+/// a.extend(&[1, 2, 3]);
+/// a.retrieve(2, 8)?;
+/// let st = a.stats();
+/// assert_eq!((st.committed_tokens, st.inserts, st.evictions, st.retrieves), (3, 6, 0, 1));
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Tokens committed by `extend` since construction or `reset()`.
@@ -313,6 +358,17 @@ struct Scratch {
 ///
 /// See the module documentation for the semantics; the Python class `racer_ref.Automaton`
 /// wraps this type one to one.
+///
+/// ```
+/// use racer_ref::automaton::Automaton;
+/// let mut a = Automaton::new(10_000, 10, 2)?;
+/// // Step 9: commit tokens. "the cat sat . the cat" as ids 1 2 3 4 1 2.
+/// a.extend(&[1, 2, 3, 4, 1, 2]);
+/// // Step 2: the retrieval tree for the root 3 ("sat"): the context ends in "the cat", which
+/// // was followed by "sat . the cat" before.
+/// assert_eq!(a.retrieve(3, 8)?, vec![vec![3, 4, 1, 2]]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Automaton {
     max_nodes: usize,
@@ -478,20 +534,20 @@ impl Automaton {
 
     /// Depth of a state (0 for the root).
     pub fn depth(&self, s: StateID) -> usize {
-        self.nodes[s as usize].depth as usize
+        self.nodes[s.slot()].depth as usize
     }
 
     /// Frequency of a state (0 for the root).
     pub fn freq(&self, s: StateID) -> u64 {
-        self.nodes[s as usize].freq
+        self.nodes[s.slot()].freq
     }
 
     /// The string (token ids from the root) of a state.
     pub fn path(&self, mut s: StateID) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.depth(s));
         while s != ROOT {
-            out.push(self.nodes[s as usize].token);
-            s = self.nodes[s as usize].parent;
+            out.push(self.nodes[s.slot()].token);
+            s = self.nodes[s.slot()].parent;
         }
         out.reverse();
         out
@@ -515,11 +571,11 @@ impl Automaton {
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
     pub fn child(&self, s: StateID, token: u32) -> Option<StateID> {
-        let first = self.nodes[s as usize].first_child;
+        let first = self.nodes[s.slot()].first_child;
         if first == NONE {
             return None;
         }
-        let only = &self.nodes[first as usize];
+        let only = &self.nodes[first.slot()];
         if only.next_sibling == NONE {
             return (only.token == token).then_some(first);
         }
@@ -595,7 +651,7 @@ impl Automaton {
             let child = match self.child(parent, token) {
                 // The string was seen before: one more occurrence (freq counts them).
                 Some(c) => {
-                    self.nodes[c as usize].freq += 1;
+                    self.nodes[c.slot()].freq += 1;
                     c
                 }
                 // A new string: a new node, after making room if the budget is spent.
@@ -607,7 +663,7 @@ impl Automaton {
                         // ngram) so another node becomes the tail. The twin always touches
                         // here; the final order is the same, since `touch_path(child)`
                         // below moves the whole path to the head again.
-                        if self.recency.least_recent() == Some(parent) {
+                        if self.recency.least_recent() == Some(parent.0) {
                             self.touch_path(parent);
                         }
                         self.evict_lru_leaf();
@@ -617,7 +673,7 @@ impl Automaton {
             };
             // Bottom-up: child, parent, ..., so a parent is never less recent than a child.
             self.touch_path(child);
-            let generation = self.nodes[child as usize].generation;
+            let generation = self.nodes[child.slot()].generation;
             self.next_windows[i + 1] = WindowRef {
                 state: child,
                 generation,
@@ -635,7 +691,7 @@ impl Automaton {
 
     #[inline]
     fn is_open(&self, w: WindowRef) -> bool {
-        w.state != NONE && self.nodes[w.state as usize].generation == w.generation
+        w.state != NONE && self.nodes[w.state.slot()].generation == w.generation
     }
 
     /// Touch `s` and its ancestors, bottom-up (the root is not on the LRU list).
@@ -644,29 +700,29 @@ impl Automaton {
         // Separate borrows, so the loop keeps both in registers.
         let (nodes, recency) = (&self.nodes, &mut self.recency);
         while s != ROOT {
-            recency.touch(s);
-            s = nodes[s as usize].parent;
+            recency.touch(s.0);
+            s = nodes[s.slot()].parent;
         }
     }
 
     fn insert(&mut self, parent: StateID, token: u32) -> StateID {
-        let depth = self.nodes[parent as usize].depth + 1;
+        let depth = self.nodes[parent.slot()].depth + 1;
         // The new node goes to the front of the parent's sibling list (O(1); sibling
         // order never matters: lookups use the child map, and the dump sorts by token).
-        let sibling = self.nodes[parent as usize].first_child;
+        let sibling = self.nodes[parent.slot()].first_child;
         // Reuse a slot freed by an eviction before growing the arena, so the arena never
         // holds more than max_nodes + 1 slots.
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
                 self.nodes.push(Node::root());
-                (self.nodes.len() - 1) as StateID
+                StateID::from_slot(self.nodes.len() - 1)
             }
         };
         // The slot keeps its generation: windows made before the eviction that freed it
         // must still see it as closed (the eviction bumped it).
-        let generation = self.nodes[slot as usize].generation;
-        self.nodes[slot as usize] = Node {
+        let generation = self.nodes[slot.slot()].generation;
+        self.nodes[slot.slot()] = Node {
             token,
             parent,
             depth,
@@ -679,16 +735,16 @@ impl Automaton {
             generation,
         };
         if sibling != NONE {
-            self.nodes[sibling as usize].prev_sibling = slot;
+            self.nodes[sibling.slot()].prev_sibling = slot;
             // The parent now has two children or more: they go into the child map (an only
             // child is found through `first_child`; see `child`).
-            if self.nodes[sibling as usize].next_sibling == NONE {
-                let old = self.nodes[sibling as usize].token;
+            if self.nodes[sibling.slot()].next_sibling == NONE {
+                let old = self.nodes[sibling.slot()].token;
                 self.children.insert(child_key(parent, old), sibling);
             }
             self.children.insert(child_key(parent, token), slot);
         }
-        self.nodes[parent as usize].first_child = slot;
+        self.nodes[parent.slot()].first_child = slot;
         // A new string ending in `token` may be a longer proper suffix of some node's string.
         self.epochs[epoch_slot(token)] += 1;
         self.len += 1;
@@ -698,33 +754,33 @@ impl Automaton {
 
     /// Recycle the least recently used node. It is a leaf because of the touch order.
     fn evict_lru_leaf(&mut self) {
-        let Some(v) = self.recency.least_recent() else {
+        let Some(v) = self.recency.least_recent().map(StateID) else {
             return;
         };
-        let node = self.nodes[v as usize];
+        let node = self.nodes[v.slot()];
         debug_assert_eq!(node.first_child, NONE, "the LRU tail must be a leaf");
-        self.recency.remove(v);
+        self.recency.remove(v.0);
         if node.prev_sibling != NONE || node.next_sibling != NONE {
             // It had a sibling, so it was in the child map.
             self.children.remove(&child_key(node.parent, node.token));
         }
         if node.prev_sibling != NONE {
-            self.nodes[node.prev_sibling as usize].next_sibling = node.next_sibling;
+            self.nodes[node.prev_sibling.slot()].next_sibling = node.next_sibling;
         } else {
-            self.nodes[node.parent as usize].first_child = node.next_sibling;
+            self.nodes[node.parent.slot()].first_child = node.next_sibling;
         }
         if node.next_sibling != NONE {
-            self.nodes[node.next_sibling as usize].prev_sibling = node.prev_sibling;
+            self.nodes[node.next_sibling.slot()].prev_sibling = node.prev_sibling;
         }
         // Two children became one: the one left leaves the child map.
-        let first = self.nodes[node.parent as usize].first_child;
-        if first != NONE && self.nodes[first as usize].next_sibling == NONE {
-            let only = self.nodes[first as usize].token;
+        let first = self.nodes[node.parent.slot()].first_child;
+        if first != NONE && self.nodes[first.slot()].next_sibling == NONE {
+            let only = self.nodes[first.slot()].token;
             self.children.remove(&child_key(node.parent, only));
         }
         // A string ending in `token` vanished: failure links that pointed at it are stale.
         self.epochs[epoch_slot(node.token)] += 1;
-        let slot = &mut self.nodes[v as usize];
+        let slot = &mut self.nodes[v.slot()];
         slot.generation = slot.generation.wrapping_add(1);
         slot.parent = NONE;
         slot.fail = NONE;
@@ -757,7 +813,7 @@ impl Automaton {
     /// ```
     pub fn fail(&mut self, s: StateID) -> StateID {
         debug_assert!(s != ROOT);
-        let node = self.nodes[s as usize];
+        let node = self.nodes[s.slot()];
         let epoch = self.epochs[epoch_slot(node.token)];
         if node.fail_stamp == epoch {
             self.stats.fail_hits += 1;
@@ -783,7 +839,7 @@ impl Automaton {
                 t = self.fail(t);
             }
         };
-        let n = &mut self.nodes[s as usize];
+        let n = &mut self.nodes[s.slot()];
         n.fail = f;
         n.fail_stamp = epoch;
         f
@@ -821,7 +877,7 @@ impl Automaton {
         let mut s = self.matching;
         loop {
             if let Some(c) = self.child(s, root) {
-                if self.nodes[c as usize].depth as usize >= self.min_border_depth {
+                if self.nodes[c.slot()].depth as usize >= self.min_border_depth {
                     out.push(c);
                 }
             }
@@ -930,9 +986,9 @@ impl Automaton {
         sc.kept.push(Kept {
             token: root,
             depth: 0,
-            first_child: NONE,
-            last_child: NONE,
-            next_sibling: NONE,
+            first_child: NO_RANK,
+            last_child: NO_RANK,
+            next_sibling: NO_RANK,
         });
         // capacity 1 is the root alone; no border at all leaves the heap empty and gives
         // `[[root]]` as well.
@@ -947,20 +1003,20 @@ impl Automaton {
             // An empty heap: every reachable continuation is kept already.
             let Some(c) = sc.heap.pop() else { break };
             // Its next-best sibling takes its place among the candidates.
-            if c.next != NONE {
+            if c.next != NO_RANK {
                 sc.heap.push(sc.siblings[c.next as usize]);
             }
             let rank = sc.kept.len() as u32;
             sc.kept.push(Kept {
                 token: c.token,
                 depth: c.depth,
-                first_child: NONE,
-                last_child: NONE,
-                next_sibling: NONE,
+                first_child: NO_RANK,
+                last_child: NO_RANK,
+                next_sibling: NO_RANK,
             });
             // Append to the parent's children: siblings end up in selection order.
             let p = c.parent_rank as usize;
-            if sc.kept[p].last_child == NONE {
+            if sc.kept[p].last_child == NO_RANK {
                 sc.kept[p].first_child = rank;
             } else {
                 let last = sc.kept[p].last_child as usize;
@@ -995,13 +1051,13 @@ impl Automaton {
             token,
             start: begin as u32,
             len: (end - begin) as u32,
-            next: NONE,
+            next: NO_RANK,
         };
         if len == 1 {
             // One trie node: its children have distinct tokens, nothing to merge.
-            let mut c = self.nodes[sc.pool[start] as usize].first_child;
+            let mut c = self.nodes[sc.pool[start].slot()].first_child;
             while c != NONE {
-                let n = &self.nodes[c as usize];
+                let n = &self.nodes[c.slot()];
                 let begin = sc.pool.len();
                 sc.pool.push(c);
                 sc.siblings
@@ -1012,9 +1068,9 @@ impl Automaton {
             // Several trie nodes (one per border): merge their children by token.
             sc.gather.clear();
             for k in start..start + len {
-                let mut c = self.nodes[sc.pool[k] as usize].first_child;
+                let mut c = self.nodes[sc.pool[k].slot()].first_child;
                 while c != NONE {
-                    let n = &self.nodes[c as usize];
+                    let n = &self.nodes[c.slot()];
                     sc.gather.push((n.token, n.freq, c));
                     c = n.next_sibling;
                 }
@@ -1069,7 +1125,7 @@ impl Automaton {
             }
             sc.path.push(node.token);
             sc.stack.push((k, false));
-            if node.first_child == NONE {
+            if node.first_child == NO_RANK {
                 out.starts.push(out.tokens.len());
                 out.tokens.extend_from_slice(&sc.path);
                 continue;
@@ -1077,7 +1133,7 @@ impl Automaton {
             // Push the children in reverse so that the first child is visited first.
             let at = sc.stack.len();
             let mut c = node.first_child;
-            while c != NONE {
+            while c != NO_RANK {
                 sc.stack.push((c, true));
                 c = sc.kept[c as usize].next_sibling;
             }
@@ -1114,10 +1170,10 @@ impl Automaton {
         while let Some(s) = stack.pop() {
             order.push(s);
             kids.clear();
-            let mut c = self.nodes[s as usize].first_child;
+            let mut c = self.nodes[s.slot()].first_child;
             while c != NONE {
-                kids.push((self.nodes[c as usize].token, c));
-                c = self.nodes[c as usize].next_sibling;
+                kids.push((self.nodes[c.slot()].token, c));
+                c = self.nodes[c.slot()].next_sibling;
             }
             // Pushed in decreasing token order, so the smallest token is popped first.
             kids.sort_unstable_by(|a, b| b.cmp(a));
@@ -1157,14 +1213,14 @@ impl Automaton {
                 continue;
             }
             let f = self.fail(s);
-            let node = self.nodes[s as usize];
+            let node = self.nodes[s.slot()];
             let _ = writeln!(
                 out,
                 "state {} freq={} fail={} lru={}",
                 fmt_path(self.path(s)),
                 node.freq,
                 fmt_path(self.path(f)),
-                rank[s as usize]
+                rank[s.slot()]
             );
         }
         out
@@ -1184,10 +1240,10 @@ mod tests {
             if s != ROOT {
                 out.insert(a.path(s), s);
             }
-            let mut c = a.nodes[s as usize].first_child;
+            let mut c = a.nodes[s.slot()].first_child;
             while c != NONE {
                 stack.push(c);
-                c = a.nodes[c as usize].next_sibling;
+                c = a.nodes[c.slot()].next_sibling;
             }
         }
         out
@@ -1200,7 +1256,7 @@ mod tests {
         // The child map holds exactly the children of nodes with >= 2 children.
         let mut in_map = 0;
         for &s in present.values() {
-            let node = a.nodes[s as usize];
+            let node = a.nodes[s.slot()];
             let has_sibling = node.prev_sibling != NONE || node.next_sibling != NONE;
             assert_eq!(
                 a.children.get(&child_key(node.parent, node.token)) == Some(&s),
@@ -1221,10 +1277,14 @@ mod tests {
             assert_eq!(a.path(got), want, "fail of {p:?}");
         }
         // LRU: a parent is never less recent than its child.
-        let rank: StdMap<StateID, usize> =
-            a.recency.iter().enumerate().map(|(r, s)| (s, r)).collect();
+        let rank: StdMap<StateID, usize> = a
+            .recency
+            .iter()
+            .enumerate()
+            .map(|(r, s)| (StateID(s), r))
+            .collect();
         for &s in present.values() {
-            let p = a.nodes[s as usize].parent;
+            let p = a.nodes[s.slot()].parent;
             if p != ROOT {
                 assert!(rank[&p] < rank[&s], "parent less recent than child");
             }

@@ -292,10 +292,12 @@ impl CopyLogitTable {
         check_observe(token_ids, topk_ids, topk_shape, self.vocab_size, self.k)?;
         let cols = topk_shape[1];
         // All valid: write. Later rows overwrite earlier ones for a repeated token.
+        // (Validated: 0 <= t < vocab_size <= 2^28, so the casts below are exact.)
         for (i, &t) in token_ids.iter().enumerate() {
             let v = t as usize;
             let src = &topk_ids[i * cols..i * cols + self.k];
             let dst = &mut self.ids[v * self.k..(v + 1) * self.k];
+            // A row written for the first time: one more seen row (a rewrite is not).
             self.num_seen += usize::from(dst[0] == EMPTY);
             for (d, &s) in dst.iter_mut().zip(src) {
                 *d = s as u32;

@@ -53,6 +53,12 @@ pub const SOURCE_RETRIEVAL: u8 = 1;
 /// `sources` bit: the node came from the logits tree.
 pub const SOURCE_LOGITS: u8 = 2;
 /// `sources` value of a node proposed by both trees.
+///
+/// ```
+/// use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// assert_eq!(SOURCE_BOTH & SOURCE_RETRIEVAL, SOURCE_RETRIEVAL);
+/// assert_eq!(SOURCE_BOTH & SOURCE_LOGITS, SOURCE_LOGITS);
+/// ```
 pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
 
 /// "No node" in the arena links.
@@ -86,6 +92,17 @@ impl Node {
 }
 
 /// What [`TreeBuilder::insert_child`] did.
+///
+/// ```
+/// use racer_ref::draft_tree::{Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// let mut b = TreeBuilder::new();
+/// b.reset(0, 2)?;
+/// assert_eq!(b.insert_child(0, 5, SOURCE_RETRIEVAL), Insert::Added(1));
+/// // The same child again costs nothing; it is now drafted by both trees.
+/// assert_eq!(b.insert_child(0, 5, SOURCE_LOGITS), Insert::Existing { node: 1, had: SOURCE_RETRIEVAL });
+/// assert_eq!(b.insert_child(0, 6, SOURCE_LOGITS), Insert::Full); // capacity 2 is reached
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Insert {
     /// A new node was created (it cost one unit of budget).
@@ -419,7 +436,10 @@ impl TreeBuilder {
     pub fn flatten(&mut self) -> &FlatTree {
         let n = self.nodes.len();
         let (nodes, order, new_index) = (&self.nodes, &mut self.order, &mut self.new_index);
-        // BFS order over the arena.
+        // BFS order over the arena. The arena is in creation order (retrieval paths, then
+        // the logits tree), which is not breadth-first: a retrieval path goes deep before
+        // its siblings exist. `order` itself is the queue: `head` walks it while children
+        // are appended behind.
         order.clear();
         order.push(0);
         let mut head = 0;
@@ -431,11 +451,15 @@ impl TreeBuilder {
                 c = nodes[c as usize].next_sibling;
             }
         }
+        // Arena slot -> BFS position, to renumber the parents. A parent always comes
+        // before its children in BFS order, so `parents[i] < i`.
         new_index.clear();
         new_index.resize(n, 0);
         for (i, &u) in order.iter().enumerate() {
             new_index[u as usize] = i as u32;
         }
+        // The output arrays are the builder's own, cleared and refilled: no allocation once
+        // they have reached the largest tree size.
         let f = &mut self.flat;
         f.tokens.clear();
         f.parents.clear();
@@ -453,6 +477,7 @@ impl TreeBuilder {
             });
             f.depths.push(node.depth as i64);
             f.sources.push(node.source);
+            // A leaf ends one root-to-leaf path: one row of retrieve_indices.
             num_leaves += (node.first_child == NONE) as usize;
             max_depth = max_depth.max(node.depth as usize);
         }
@@ -476,6 +501,7 @@ impl TreeBuilder {
             if nodes[u as usize].first_child != NONE {
                 continue;
             }
+            // Walk up from the leaf: column d holds the ancestor at depth d, the rest stays -1.
             let mut j = i as i64;
             for d in (0..=f.depths[i] as usize).rev() {
                 f.retrieve_indices[row * width + d] = j;

@@ -201,6 +201,17 @@ impl DrafterConfig {
 
 /// One drafter: whichever of automaton, copy-logit table and PLD history its method needs,
 /// plus a reusable [`TreeBuilder`].
+///
+/// ```
+/// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+/// let mut d = Drafter::new(DrafterConfig { capacity: 8, ..DrafterConfig::new(Method::Racer, 20) })?;
+/// d.commit(&[1, 2, 3, 1])?;                 // the context: the automaton learns it
+/// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?; // top-8 ids after token 2
+/// let tree = d.draft(2, None)?;             // "2 3 1" from retrieval, 9 from the table
+/// assert_eq!(&tree.tokens[..3], &[2, 3, 9]);
+/// assert!(tree.len() <= 8);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Drafter {
     config: DrafterConfig,

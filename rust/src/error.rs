@@ -19,6 +19,18 @@
 use std::fmt;
 
 /// An invalid argument: which argument, and what was wrong with it.
+///
+/// ```
+/// use racer_ref::draft_tree::build_draft_tree;
+/// use racer_ref::error::Error;
+/// match build_draft_tree(0, 0, &[vec![0u32]], None, None) {
+///     Err(Error::Value { arg, msg }) => {
+///         assert_eq!(arg, "capacity");
+///         assert_eq!(msg, "must be in [1, 4096], got 0");
+///     }
+///     other => panic!("expected a capacity error, got {other:?}"),
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A value outside its allowed range (Python `ValueError`).

@@ -98,6 +98,14 @@ pub const MAX_TOKEN_ID: TokenId = u32::MAX;
 /// The largest accepted capacity `C`: nodes of a draft tree, root included (tokens per
 /// verify pass; the paper uses 64). Also bounds a retrieval tree, which is part of a draft
 /// tree. The tree attention mask has `C^2` entries, so this bounds its memory (16 MiB).
+///
+/// ```
+/// use racer_ref::automaton::Automaton;
+/// let mut a = Automaton::new(100, 3, 2)?;
+/// assert!(a.retrieve(1, racer_ref::MAX_CAPACITY).is_ok());
+/// assert!(a.retrieve(1, racer_ref::MAX_CAPACITY + 1).is_err());
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 pub const MAX_CAPACITY: usize = 4096;
 
 /// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.

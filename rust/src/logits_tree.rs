@@ -63,6 +63,31 @@ pub enum Offer {
 }
 
 /// What the logits tree needs from the tree it grows into. Node 0 is the root.
+///
+/// ```
+/// use std::collections::VecDeque;
+/// use racer_ref::copy_logit::CopyLogitTable;
+/// use racer_ref::logits_tree::{grow_logits_tree, GrowInto, Offer};
+/// use racer_ref::{NodeId, TokenId};
+///
+/// /// A minimal tree: (parent, token) per node, no merging of retrieval nodes.
+/// struct Edges(Vec<(NodeId, TokenId)>, usize);
+/// impl GrowInto for Edges {
+///     fn is_full(&self) -> bool { self.0.len() >= self.1 }
+///     fn token(&self, u: NodeId) -> TokenId { self.0[u as usize].1 }
+///     fn offer(&mut self, parent: NodeId, token: TokenId) -> Offer {
+///         if self.0.contains(&(parent, token)) { return Offer::Repeated; }
+///         self.0.push((parent, token));
+///         Offer::Added(self.0.len() as NodeId - 1)
+///     }
+/// }
+/// let mut table = CopyLogitTable::new(10, 2)?;
+/// table.observe(&[0, 1], &[1, 2, 3, 4], [2, 2])?;
+/// let mut tree = Edges(vec![(0, 0)], 4); // the root, token 0; room for 4 nodes
+/// grow_logits_tree(&mut tree, &table, None, &mut VecDeque::new());
+/// assert_eq!(tree.0, vec![(0, 0), (0, 1), (0, 2), (1, 3)]);
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 pub trait GrowInto {
     /// Whether no new node fits (the capacity is reached).
     fn is_full(&self) -> bool;

@@ -138,8 +138,9 @@ class Drafter:
         min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
         # Then ranges: the table, the capacity, the automaton.
         self.method = method
-        # The table checks vocab_size and breadth. Its numpy array is allocated lazily,
-        # so building it just to validate costs nothing for methods that do not use it.
+        # vocab_size and breadth first, so that the message names breadth as our caller
+        # wrote it (the table calls it k). The table's numpy array is allocated lazily, so
+        # building it for methods that do not use it costs nothing.
         check_table_size(vocab_size, breadth, "breadth")
         table = CopyLogitTable(vocab_size, breadth)
         self.capacity = check_capacity(capacity)
