@@ -49,7 +49,7 @@ LRU_CASES = [
 
 
 # --------------------------------------------------------------------------------------
-# The copy-logit table (racer-spec.md step 8).
+# The copy-logit table (RACER step 8).
 # --------------------------------------------------------------------------------------
 
 
@@ -81,7 +81,7 @@ TABLE_CASES = [
 
 
 # --------------------------------------------------------------------------------------
-# Logits tree (Eq. 3) and merged draft tree (racer-spec.md steps 2-4).
+# Logits tree (Eq. 3) and merged draft tree (RACER steps 2-4).
 # --------------------------------------------------------------------------------------
 
 
@@ -123,7 +123,7 @@ def _paper_shape(name: str, k: int, capacity: int, per_depth: List[int]) -> Tree
 
 #: The logits tree alone (no retrieval paths).
 LOGITS_TREE_CASES = [
-    # The paper's shapes, all tokens distinct (racer-spec.md step 3).
+    # The paper's shapes, all tokens distinct (RACER step 3).
     _paper_shape("logits010_paper_k8_c64", 8, 64, [1, 8, 19, 24, 12]),
     _paper_shape("logits011_paper_k4_c21", 4, 21, [1, 4, 8, 8]),
     _paper_shape("logits012_k2_c7", 2, 7, [1, 2, 3, 1]),
@@ -198,7 +198,7 @@ DRAFT_TREE_CASES = [
 
 
 # --------------------------------------------------------------------------------------
-# Greedy acceptance (racer-spec.md step 6) on one 10-node tree.
+# Greedy acceptance (RACER step 6) on one 10-node tree.
 # --------------------------------------------------------------------------------------
 
 #                    0   1   2   3   4   5   6   7   8   9
@@ -236,7 +236,7 @@ ACCEPT_CASES = [
 
 
 # --------------------------------------------------------------------------------------
-# KV compaction (racer-spec.md step 7): keep the accepted path in consecutive slots.
+# KV compaction (RACER step 7): keep the accepted path in consecutive slots.
 # --------------------------------------------------------------------------------------
 
 
