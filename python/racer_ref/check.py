@@ -12,10 +12,10 @@ then runs, in order, until the first divergence:
 The first diverging case is printed with its inputs, what was expected, and a hint; the
 exit status is 0 when every case passes, 1 otherwise (2 for a file it cannot check)::
 
-    $ racer-ref check exercises/06_logits_tree.py
+    $ racer-ref check my_06_logits_tree.py     # root children halved once too often
     exercise 06 (the logits tree of Eq. 3): 11 named cases, 300 random cases
-    FAIL logits010_paper_k8_c64: nodes per depth [1, 8, 8, 8, 8, 8, 8, 8, 7], expected [1, 8, 19, 24, 12]
-    hint: child j of the root gets b >> j, of any other node b >> (j + 1) (Eq. 3); ...
+    FAIL breadth_eq3: child_breadth(2, 0, parent_is_root=True) = 1, expected 2
+    hint: max(1, floor(b / 2 ** (j + [parent is not root]))): b >> shift.
 
 The cases run in-process on the student's module; nothing is written anywhere.
 """
