@@ -94,3 +94,20 @@ lock:
 
 clean:
 	rm -rf target $(VENV) site $(EXT)
+
+# ----------------------------------------------------------------------------- course kit
+.PHONY: notebooks figures site-check
+
+# notebooks/*.ipynb from tutorials/*.py (the .py files are the source).
+notebooks: setup
+	$(PY) docs/scripts/notebooks.py
+
+# Every figure of the site as PNG (200 dpi), SVG and PDF, for slides: FIGURES_OUT=DIR to choose.
+FIGURES_OUT ?= figures-out
+figures: setup
+	$(PY) docs/hooks/figures.py --out $(FIGURES_OUT)
+
+# Build the site, open four pages in headless Chromium (apt-get install chromium), save
+# screenshots to site-check/ and fail on raw TeX or a main column wider than the page.
+site-check: docs
+	$(PY) docs/scripts/check_site.py --out site-check

@@ -19,13 +19,12 @@ operation both backends must give the same ``dump()``, ``stats()``, ``borders()`
 from __future__ import annotations
 
 import random
-from collections import deque
 from typing import Dict, List, Sequence, Tuple
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from automaton_cases import parse_dump
+from racer_ref.cases.automaton import count_occurrences, eager_failure_links, parse_dump
 from conftest import automaton_class
 
 Path = Tuple[int, ...]
@@ -38,34 +37,6 @@ SYMBOLS = (0, 1, 2, 1025, 2**32 - 1)
 # --------------------------------------------------------------------------------------
 # Oracles
 # --------------------------------------------------------------------------------------
-
-
-def eager_failure_links(paths: Sequence[Path]) -> Dict[Path, Path]:
-    """The textbook eager Aho-Corasick build: breadth-first, fail(p + t) = goto(fail(p), t)."""
-    present = set(paths)
-    children: Dict[Path, List[int]] = {(): []}
-    for p in paths:
-        children.setdefault(p, [])
-        children.setdefault(p[:-1], []).append(p[-1])
-    fail: Dict[Path, Path] = {}
-    queue = deque()
-    for t in children[()]:
-        fail[(t,)] = ()
-        queue.append((t,))
-    while queue:
-        p = queue.popleft()
-        for t in children[p]:
-            q = fail[p]
-            while q + (t,) not in present and q != ():
-                q = fail[q]
-            fail[p + (t,)] = q + (t,) if q + (t,) in present else ()
-            queue.append(p + (t,))
-    return fail
-
-
-def count_occurrences(context: Sequence[int], path: Path) -> int:
-    k = len(path)
-    return sum(1 for i in range(len(context) - k + 1) if tuple(context[i : i + k]) == path)
 
 
 def brute_borders(context: Sequence[int], present: set, ngram: int, min_depth: int, root: int) -> List[Path]:

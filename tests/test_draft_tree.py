@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from racer_ref import _core
+from racer_ref.cases.trees import DRAFT_TREE_CASES
 from racer_ref.reference import draft_tree as ref_tree
 from racer_ref.reference.copy_logit import CopyLogitTable as PyTable
 from racer_ref.tree import (
@@ -53,79 +54,14 @@ def node_paths(tree: DraftTree) -> list[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_retrieval_paths_sharing_prefixes(backend):
-    tree = build(backend, 0, 64, [[0, 1, 2, 3], [0, 1, 4], [0, 5]])
-    tree.validate()
-    # BFS, children in insertion order: 0 | 1 5 | 2 4 | 3
-    assert tree.tokens.tolist() == [0, 1, 5, 2, 4, 3]
-    assert tree.parents.tolist() == [-1, 0, 0, 1, 1, 3]
-    assert tree.depths.tolist() == [0, 1, 1, 2, 2, 3]
-    assert tree.sources.tolist() == [SOURCE_ROOT, R, R, R, R, R]
-    assert tree.retrieve_indices.tolist() == [[0, 2, -1, -1], [0, 1, 4, -1], [0, 1, 3, 5]]
-    assert tree.attention_mask.astype(int).tolist() == [
-        [1, 0, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0, 0],
-        [1, 0, 1, 0, 0, 0],
-        [1, 1, 0, 1, 0, 0],
-        [1, 1, 0, 0, 1, 0],
-        [1, 1, 0, 1, 0, 1],
-    ]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_merge_existing_nodes_cost_nothing(backend):
-    # Retrieval 0-1-2 and 0-3; table: 0 -> [1, 4], 1 -> [2, 5]; k = 2.
-    table = make_table(backend, 10, 2, {0: [1, 4], 1: [2, 5]})
-    paths = [[0, 1, 2], [0, 3]]
-    tree = build(backend, 0, 10, paths, table)
-    tree.validate(10)
-    # 1 and 1-2 were proposed by both trees and are stored once; 4 and 5 are new.
-    assert tree.tokens.tolist() == [0, 1, 3, 4, 2, 5]
-    assert tree.parents.tolist() == [-1, 0, 0, 0, 1, 1]
-    assert tree.sources.tolist() == [SOURCE_ROOT, B, R, L, B, L]
-    assert tree.retrieve_indices.tolist() == [[0, 2, -1], [0, 3, -1], [0, 1, 4], [0, 1, 5]]
-    # C = 4: retrieval takes all of it; the logits tree adds and marks nothing.
-    tree = build(backend, 0, 4, paths, table)
-    assert tree.tokens.tolist() == [0, 1, 3, 2]
-    assert tree.sources.tolist() == [SOURCE_ROOT, R, R, R]
-    # C = 5: the merged 1 is free, 4 is the 5th node, then the tree is full.
-    tree = build(backend, 0, 5, paths, table)
-    assert tree.tokens.tolist() == [0, 1, 3, 4, 2]
-    assert tree.sources.tolist() == [SOURCE_ROOT, B, R, L, R]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_logits_keep_growing_below_retrieval_nodes(backend):
-    # Retrieval only reaches 0-1; the logits tree merges into 1 and expands it (b = 2).
-    table = make_table(backend, 10, 2, {0: [1, 2], 1: [3, 4]})
-    tree = build(backend, 0, 10, [[0, 1]], table)
-    assert tree.tokens.tolist() == [0, 1, 2, 3, 4]
-    assert tree.parents.tolist() == [-1, 0, 0, 1, 1]
-    assert tree.sources.tolist() == [SOURCE_ROOT, B, L, L, L]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_whole_retrieval_chain_becomes_both(backend):
-    table = make_table(backend, 10, 1, {0: [5], 5: [6], 6: [9]})
-    tree = build(backend, 0, 10, [[0, 5, 6]], table)
-    assert tree.tokens.tolist() == [0, 5, 6, 9]
-    assert tree.sources.tolist() == [SOURCE_ROOT, B, B, L]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_retrieval_is_cut_at_capacity(backend):
-    # More retrieval nodes than capacity (the automaton never does this): first come first.
-    tree = build(backend, 7, 3, [[7, 1, 2, 3], [7, 4]])
-    assert tree.tokens.tolist() == [7, 1, 2]
-    tree = build(backend, 7, 1, [[7, 1]])
-    assert tree.tokens.tolist() == [7]
-    assert tree.retrieve_indices.tolist() == [[0]]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_root_only_path_is_allowed(backend):
-    tree = build(backend, 3, 8, [[3], [3, 4]])
-    assert tree.tokens.tolist() == [3, 4]
+@pytest.mark.parametrize("case", DRAFT_TREE_CASES, ids=[c.name for c in DRAFT_TREE_CASES])
+def test_named_case(backend, case):
+    """The hand-checked trees of racer_ref/cases/trees.py (also run by ``racer-ref check``)."""
+    table = None if case.rows is None else make_table(backend, case.vocab_size, case.k, case.rows)
+    tree = build(backend, case.root, case.capacity, [list(p) for p in case.paths], table)
+    tree.validate(None if case.rows is None else case.vocab_size)
+    for name, want in case.expect.items():
+        assert getattr(tree, name).tolist() == want, f"{case.name}: {name}"
 
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Every tutorial runs, prints what its docs page shows, and its page includes all of it.
 
 * Each ``tutorials/NN_*.py`` runs in a fresh interpreter (as a student would run it) within a
-  time limit and exits 0; the tutorials assert their own claims as they go.
+  time limit and exits 0; the tutorials assert their own claims as they go. Tutorials 07
+  and 08 (minutes on a loaded CPU) run as their notebook instead, in a fresh Jupyter kernel:
+  the same code, executed once (test_notebooks.py runs the notebooks of 01-06).
 * Its output must equal the committed transcript ``tutorials/transcripts/NN_*.txt`` that the
   docs page shows (``@output``): exactly for the deterministic tutorials; for those that run
   a model (timings, and greedy text that may differ in a near-tie between CPUs) the section
@@ -23,6 +25,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from test_notebooks import EXECUTED_BY_TEST_TUTORIALS, execute_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((REPO / "tutorials").glob("[0-9][0-9]_*.py"))
@@ -56,6 +60,11 @@ def number(path: Path) -> str:
 
 
 def run(path: Path) -> str:
+    if number(path) in EXECUTED_BY_TEST_TUTORIALS:
+        # The expensive tutorials run once, as their notebook (generated from this very
+        # script and checked to be up to date by test_notebooks.py).
+        return execute_notebook(REPO / "notebooks" / (path.stem + ".ipynb"),
+                                timeout=TIMEOUT.get(number(path), 120))
     env = dict(os.environ)
     # The package from this checkout, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))

@@ -8,6 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from models import KINDS, make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
+from racer_ref.cases.trees import ACCEPT_CASES
 from racer_ref.verify import (accept_greedy, forward_prompt, forward_tree, keep_accepted,
                               tree_attention_bias)
 
@@ -112,18 +113,12 @@ def fake_logits(predictions, vocab=128):
     return logits
 
 
-def test_accept_greedy_follows_the_predicted_child_not_the_first_branch():
-    tree = make_tree(TREE_TOKENS, TREE_PARENTS)
-    # root predicts 11 (node 1), node 1 predicts 22 (node 5), node 5 predicts 50 (no child)
-    predictions = [11, 22, 0, 0, 0, 50, 0, 0, 0, 0]
-    assert accept_greedy(fake_logits(predictions), tree) == ([0, 1, 5], 50)
-    # root predicts 13: the third branch, a leaf
-    assert accept_greedy(fake_logits([13] + [9] * 9), tree) == ([0, 3], 9)
-    # nothing matches: only the root, next root is the root's prediction
-    assert accept_greedy(fake_logits([99] * 10), tree) == ([0], 99)
-    # the deepest path 0-1-4-7-9, then the leaf's prediction
-    predictions = [11, 21, 0, 0, 32, 0, 0, 41, 0, 63]
-    assert accept_greedy(fake_logits(predictions), tree) == ([0, 1, 4, 7, 9], 63)
+@pytest.mark.parametrize("case", ACCEPT_CASES, ids=[c.name for c in ACCEPT_CASES])
+def test_accept_greedy_named_case(case):
+    """racer_ref/cases/trees.py (also run by ``racer-ref check``): the walk follows the
+    predicted child, not the first branch, and stops at the first miss."""
+    tree = make_tree(list(case.tokens), list(case.parents))
+    assert accept_greedy(fake_logits(list(case.predicted)), tree) == (list(case.accepted), case.next_root)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

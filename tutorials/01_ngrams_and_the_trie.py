@@ -1,5 +1,12 @@
 """Tutorial 1: n-grams and the trie.
 
+Why start here. Speculative decoding makes a model generate faster by guessing several next
+tokens cheaply and checking all the guesses in one forward pass (see "Speculative decoding
+from zero"). RACER's cheapest guesses come from the text itself: if the context was followed
+by "sat on the" last time, that is a good guess for this time. To find such repeats at every
+step in O(1) work, RACER keeps every short token sequence (n-gram) of the text in a trie
+with its count. This tutorial builds that trie.
+
 **What you will learn**
 
 * what the n-grams of a context are, and how to count them by brute force;

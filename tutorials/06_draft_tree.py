@@ -74,14 +74,16 @@ for w in ("return", "a", "-", "b"):
 # One call builds the merged tree: retrieval paths first, then the logits tree grows
 # breadth-first (Eq. 3) into the remaining capacity; a (parent, token) pair that already
 # exists costs nothing and becomes "both".
+SOURCE_NAMES = {0: "root", 1: "retrieval", 2: "logits", 3: "both"}  # tree.sources codes
+
+
 def draw(tree):
-    names = {0: "root", 1: "retrieval", 2: "logits", 3: "both"}
     children = {i: [] for i in range(len(tree))}
     for i in range(1, len(tree)):
         children[int(tree.parents[i])].append(i)
 
     def walk(i, indent):
-        print(f"  {indent}{i}: {id_to_word[int(tree.tokens[i])]}  [{names[int(tree.sources[i])]}]")
+        print(f"  {indent}{i}: {id_to_word[int(tree.tokens[i])]}  [{SOURCE_NAMES[int(tree.sources[i])]}]")
         for c in children[i]:
             walk(c, indent + "    ")
 
@@ -91,8 +93,7 @@ def draw(tree):
 tree = drafter.draft(root)
 print(f"\n── 3. The merged draft tree ({len(tree)} nodes, capacity 16)")
 draw(tree)
-counts = {name: int((tree.sources == code).sum())
-          for code, name in ((1, "retrieval"), (2, "logits"), (3, "both"))}
+counts = {name: int((tree.sources == code).sum()) for code, name in SOURCE_NAMES.items() if code}
 print("  nodes by source:", counts)
 assert len(tree) == 16
 # --8<-- [end:merge]
@@ -104,7 +105,7 @@ print("\n── 4. Flattened breadth-first")
 print("  node  token   parent  depth  position id  source")
 for i in range(len(tree)):
     print(f"  {i:4}  {id_to_word[int(tree.tokens[i])]:6}  {int(tree.parents[i]):6}  "
-          f"{int(tree.depths[i]):5}  {L + int(tree.depths[i]):11}  {int(tree.sources[i]):6}")
+          f"{int(tree.depths[i]):5}  {L + int(tree.depths[i]):11}  {SOURCE_NAMES[int(tree.sources[i])]}")
 # Parents come before children, and depth(child) = depth(parent) + 1.
 assert all(tree.parents[i] < i and tree.depths[i] == tree.depths[tree.parents[i]] + 1
            for i in range(1, len(tree)))

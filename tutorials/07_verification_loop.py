@@ -87,8 +87,15 @@ with torch.no_grad():
         elif step == 7:
             print("  ...")
         root = next_root
-mat = mean_accepted_tokens(accepted_lengths)  # mean of a + 1 over the verify passes
-print(f"  {N} tokens in {len(accepted_lengths)} verify passes after the prefill: MAT = {mat:.2f}")
+# Where the N tokens came from: the prefill's last row predicted the first one (the first
+# root) for free; every verify pass then emitted a + 1 (its accepted drafts + a new root).
+passes = len(accepted_lengths)
+from_passes = sum(a + 1 for a in accepted_lengths)
+assert len(output) == 1 + from_passes
+mat = mean_accepted_tokens(accepted_lengths)  # MAT: the mean of a + 1 over the verify passes
+assert mat == from_passes / passes
+print(f"  {len(output)} tokens = 1 predicted by the prefill + {from_passes} from {passes} verify passes")
+print(f"  MAT = {from_passes} / {passes} = {mat:.2f} tokens per verify pass (plain decoding: 1.00)")
 # --8<-- [end:loop]
 
 # --8<-- [start:check]

@@ -41,6 +41,7 @@ RUST_SRC = ROOT / "rust" / "src"
 _DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)@code[ \t]+(?P<path>\S+)[ \t]+(?P<name>\S+)[ \t]*$", re.M)
 _DOCSTRING = re.compile(r"^@docstring[ \t]+(?P<path>\S+)[ \t]*$", re.M)
 _BENCH = re.compile(r"^@bench-results[ \t]*$", re.M)
+_HEADLINE = re.compile(r"^@bench-headline[ \t]*$", re.M)
 BENCH_DATA = ROOT / "docs" / "data" / "bench"
 _OUTPUT = re.compile(r"^(?P<indent>[ \t]*)@output[ \t]+(?P<path>\S+)[ \t]+(?P<section>\d+)[ \t]*$", re.M)
 
@@ -284,10 +285,57 @@ def bench_results() -> str:
                      f"data: `{run.relative_to(ROOT).as_posix()}/`")
         for method, text in (meta.get("capacity_auto_text") or {}).items():
             lines.append(f"- `{method}`: {text}")
-        tables = summary_tables(rows, meta.get("methods"))
-        lines += ["", re.sub(r"^### ", "#### ", tables, flags=re.M)]
+        tables = summary_tables(rows, meta.get("methods")).strip().split("\n\n### ")
+        # The overall table stays in view; the per-category tables fold away (a click opens them).
+        lines += ["", re.sub(r"^### ", "#### ", tables[0], flags=re.M)]
+        for table in tables[1:]:
+            title, _, body = table.partition("\n\n")
+            lines += ["", f'??? abstract "{title.replace(chr(96), "")}"', "", textwrap.indent(body, "    ")]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
+
+
+#: The method of a run that the headline table reports: the first of these that the run has
+#: (else its first ``racer@C``).
+HEADLINE_METHODS = ("racer@auto", "racer")
+
+
+def bench_headline() -> str:
+    """One table, one row per committed run: RACER's MAT and token-weighted speedups over
+    ``hf-greedy`` and ``ar`` (``racer_ref.bench``'s own aggregate and speedup), the drafter
+    state and the machine; the runs' full tables follow on the page (``@bench-results``)."""
+    import json
+    import sys
+
+    if str(ROOT / "python") not in sys.path:
+        sys.path.insert(0, str(ROOT / "python"))
+    from racer_ref.bench import aggregate, read_results, speedup
+
+    rows_out = []
+    for run in sorted(p.parent for p in BENCH_DATA.glob("*/results.jsonl")):
+        meta = json.loads((run / "meta.json").read_text()) if (run / "meta.json").is_file() else {}
+        rows = read_results(run)
+        present = {r["method"] for r in rows}
+        method = next((m for m in HEADLINE_METHODS if m in present), None) or next(
+            (m for m in dict.fromkeys(r["method"] for r in rows) if m.startswith("racer")), None)
+        if method is None:
+            continue
+        agg = aggregate(r for r in rows if r["method"] == method)
+        capacity = "" if "@" in method else f" (C = {meta.get('capacity', '?')})"
+        machine = ", ".join(str(x) for x in (
+            (meta.get("cpu") or meta.get("device") or "").replace("(R)", ""), f"{meta['torch_threads']} threads" if meta.get("torch_threads") else None,
+            meta.get("dtype")) if x)
+        fmt = lambda x: "n/a" if x != x else f"{x:.2f}×"  # noqa: E731 (NaN check)
+        rows_out.append(
+            f"| [{run.name}](#{run.name}) | {len({r['prompt_id'] for r in rows})} "
+            f"| {meta.get('drafter_state', 'per request').replace('-', ' ')} | `{method}`{capacity} | {agg.mat:.2f} "
+            f"| {fmt(speedup(rows, method, 'hf-greedy'))} | {fmt(speedup(rows, method, 'ar'))} "
+            f"| {agg.matches}/{agg.checked} | {machine} | {str(meta.get('date', ''))[:10]} |")
+    if not rows_out:
+        return ""
+    head = ("| set | prompts | drafter state | method | MAT | speedup over `hf-greedy` | speedup over `ar` "
+            "| outputs = `ar` | machine | date |\n|---|---:|---|---|---:|---:|---:|---:|---|---|")
+    return head + "\n" + "\n".join(rows_out)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -304,6 +352,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return textwrap.indent(block, m.group("indent"))
 
     markdown = _DOCSTRING.sub(lambda m: module_docstring(m.group("path")), markdown)
+    if _HEADLINE.search(markdown):
+        markdown = _HEADLINE.sub(lambda m: bench_headline(), markdown)
     if _BENCH.search(markdown):
         markdown = _BENCH.sub(lambda m: bench_results(), markdown)
     markdown = _OUTPUT.sub(replace_output, markdown)

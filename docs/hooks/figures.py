@@ -11,7 +11,8 @@ file; nothing is committed as an image, so a figure cannot show an outdated algo
     figures/tree-mask.svg            its tree attention mask
     figures/acceptance.svg           MAT per method from docs/data/bench/*.jsonl, when present
 
-Run ``python docs/hooks/figures.py OUTDIR`` to write them to a folder and look at them.
+For slides: ``python docs/hooks/figures.py --out DIR`` (or ``make figures``) writes each of
+them as PNG (200 dpi), SVG and PDF into DIR (``--formats``, ``--dpi`` to choose).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-# Colours of the draft-tree sources (root, retrieval, logits, both), colour-blind safe.
-SOURCE_COLOURS = {0: "#bbbbbb", 1: "#4477aa", 2: "#ee6677", 3: "#aa3377"}
+# Colours of the draft-tree sources (root, retrieval, logits, both): Paul Tol's colour-blind
+# safe "bright" scheme; logits (yellow) and both (green) also differ in lightness.
+SOURCE_COLOURS = {0: "#bbbbbb", 1: "#4477aa", 2: "#ccbb44", 3: "#228833"}
 SOURCE_NAMES = {0: "root", 1: "retrieval", 2: "logits", 3: "both"}
 
 
@@ -85,7 +87,7 @@ def to_svg(fig) -> str:
 # --------------------------------------------------------------------------------------
 # 1. The trie with failure links (the example of the automaton page and tutorial 2).
 # --------------------------------------------------------------------------------------
-def trie_failure_links() -> str:
+def trie_failure_links():
     from racer_ref.reference import Automaton
 
     letters = "abcd"
@@ -151,13 +153,13 @@ def trie_failure_links() -> str:
     ax.set_title("Trie of 'abcabdab' (ngram = 3): node string, frequency below", fontsize=10)
     ax.axis("off")
     ax.set_ylim(y.min() - 0.5, 0.4)
-    return to_svg(fig)
+    return fig
 
 
 # --------------------------------------------------------------------------------------
 # 2. The logits tree shape of Eq. 3.
 # --------------------------------------------------------------------------------------
-def logits_tree_shape(k: int = 8, capacity: int = 64) -> str:
+def logits_tree_shape(k: int = 8, capacity: int = 64):
     from racer_ref import Drafter
 
     # Row v of the table holds the ids 8v+1 .. 8v+8: every node of the tree is distinct.
@@ -192,7 +194,7 @@ def logits_tree_shape(k: int = 8, capacity: int = 64) -> str:
     ax.set_title(f"Logits tree, k = {k}, C = {capacity}, all tokens distinct: "
                  f"{' / '.join(map(str, counts))} nodes per depth (labels: breadth b)", fontsize=10)
     ax.axis("off")
-    return to_svg(fig)
+    return fig
 
 
 # --------------------------------------------------------------------------------------
@@ -252,7 +254,7 @@ def example_draft_tree():
     return tree, [id_to_word[int(t)] for t in tree.tokens], accepted
 
 
-def draft_tree_figure() -> str:
+def draft_tree_figure():
     tree, words, accepted = example_draft_tree()
     parents = tree.parents.tolist()
     x, depth = tree_layout(parents)
@@ -271,7 +273,11 @@ def draft_tree_figure() -> str:
                 color="white" if src in (1, 3) else "black", zorder=3)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(facecolor=c, label=SOURCE_NAMES[s]) for s, c in SOURCE_COLOURS.items()],
+    # Only the sources that occur in this tree (here no node is retrieval-only: every
+    # retrieval node was proposed by the logits tree too, so it is "both").
+    present = sorted({int(s) for s in tree.sources})
+    ax.legend(handles=[Patch(facecolor=SOURCE_COLOURS[s], edgecolor="#666666", label=SOURCE_NAMES[s])
+                       for s in present],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"Draft tree for root 'return' after '... def diff ( a , b ) :' "
                  f"({len(words)} nodes, capacity 16, k = 3, ngram = 4)\naccepted: "
@@ -280,10 +286,10 @@ def draft_tree_figure() -> str:
     ax.set_ylim(-depth.max() - 0.5, 0.5)
     ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
     ax.axis("off")
-    return to_svg(fig)
+    return fig
 
 
-def tree_mask_figure() -> str:
+def tree_mask_figure():
     tree, words, accepted = example_draft_tree()
     mask = tree.attention_mask
     n = len(words)
@@ -298,22 +304,22 @@ def tree_mask_figure() -> str:
         ax.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, ec="#aa3377", lw=1.2))
     ax.set_title("mask[i, j]: j is i or an ancestor of i\n(accepted path's rows outlined)",
                  fontsize=9)
-    return to_svg(fig)
+    return fig
 
 
 # --------------------------------------------------------------------------------------
 # 5. Acceptance from committed benchmark results (docs/data/bench/<name>/results.jsonl).
 # --------------------------------------------------------------------------------------
-def acceptance_figure() -> str:
-    """Per committed run: MAT per method (bars) and the distribution of the accepted length
-    a over all steps (how often a step accepted 0, 1, 2, ... drafts), from results.jsonl."""
+def acceptance_figure():
+    """Per committed run: MAT per method (bars) and the distribution of the tokens per step
+    a + 1 over all steps (how often a step emitted 1, 2, 3, ... tokens), from results.jsonl."""
     runs = sorted(BENCH_DATA.glob("*/results.jsonl"))
     if not runs:
         fig, ax = plt.subplots(figsize=(6, 1.2))
         ax.text(0.5, 0.5, "no benchmark results committed yet (docs/data/bench/<set>/results.jsonl)",
                 ha="center", va="center", fontsize=9)
         ax.axis("off")
-        return to_svg(fig)
+        return fig
     fig, axes = plt.subplots(len(runs), 2, figsize=(10, 3.2 * len(runs)), squeeze=False)
     for (ax_mat, ax_hist), path in zip(axes, runs):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -331,24 +337,24 @@ def acceptance_figure() -> str:
         ax_mat.set_xlim(0, max(mat) * 1.2)
         ax_mat.set_xlabel("MAT (mean of a + 1 over all steps)")
         ax_mat.set_title(f"{path.parent.name}: {len({r['prompt_id'] for r in rows})} prompts", fontsize=9)
-        top = max((max(v) for v in lengths.values() if v), default=0)
-        bins = np.arange(top + 2)
+        # Tokens per step, a + 1, as everywhere else (racer_ref.bench's plots, MAT).
+        top = max((max(v) for v in lengths.values() if v), default=0) + 1
         for m in methods:
             if lengths[m] and m not in ("ar", "hf-greedy"):
-                share = np.bincount(lengths[m], minlength=top + 1) / len(lengths[m])
-                ax_hist.plot(bins[:-1], share, marker="o", ms=3, label=m)
+                share = np.bincount(np.asarray(lengths[m]) + 1, minlength=top + 1) / len(lengths[m])
+                ax_hist.plot(np.arange(1, top + 1), share[1:], marker="o", ms=3, label=m)
         from matplotlib.ticker import MaxNLocator
 
         ax_hist.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax_hist.set_xlabel("accepted length a per step")
+        ax_hist.set_xlabel("tokens per step (a + 1)")
         ax_hist.set_ylabel("share of steps")
         ax_hist.legend(fontsize=7, frameon=False)
-        ax_hist.set_title("distribution of the accepted length", fontsize=9)
+        ax_hist.set_title("distribution of tokens per step", fontsize=9)
     fig.tight_layout()
-    return to_svg(fig)
+    return fig
 
 
-FIGURES: Dict[str, Callable[[], str]] = {
+FIGURES: Dict[str, Callable[[], "plt.Figure"]] = {
     "figures/trie-failure-links.svg": trie_failure_links,
     "figures/logits-tree-shape.svg": logits_tree_shape,
     "figures/draft-tree.svg": draft_tree_figure,
@@ -363,15 +369,43 @@ def on_files(files, config):
     _importable()
     plt.rcParams["svg.hashsalt"] = "racer-ref"  # stable ids: identical SVGs on every build
     for name, draw in FIGURES.items():
-        files.append(File.generated(config, name, content=draw()))
+        files.append(File.generated(config, name, content=to_svg(draw())))
     return files
 
 
-if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "figures-out")
-    out.mkdir(parents=True, exist_ok=True)
+def write_figures(out: Path, formats: Sequence[str] = ("png", "svg", "pdf"), dpi: int = 200) -> List[Path]:
+    """Write every figure of the site into ``out`` in each of ``formats`` (PNG at ``dpi``:
+    200 dpi makes the 9-inch-wide figures 1800 px wide, sharp on a 1080p slide)."""
     _importable()
     plt.rcParams["svg.hashsalt"] = "racer-ref"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
     for name, draw in FIGURES.items():
-        (out / Path(name).name).write_text(draw())
-        print("wrote", out / Path(name).name)
+        fig = draw()
+        for fmt in formats:
+            path = out / f"{Path(name).stem}.{fmt}"
+            # A white background: slides are not always white, and the SVGs are transparent.
+            fig.savefig(path, format=fmt, dpi=dpi, bbox_inches="tight", facecolor="white",
+                        metadata={"Date": None} if fmt == "svg" else None)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write every figure of the site for slides.")
+    parser.add_argument("out_dir", nargs="?", type=Path, help="(same as --out)")
+    parser.add_argument("--out", type=Path, default=None, help="folder (default figures-out)")
+    parser.add_argument("--formats", default="png,svg,pdf", help="comma-separated (default png,svg,pdf)")
+    parser.add_argument("--dpi", type=int, default=200, help="PNG resolution (default 200)")
+    args = parser.parse_args(argv)
+    out = args.out or args.out_dir or Path("figures-out")
+    for path in write_figures(out, [f for f in args.formats.split(",") if f], args.dpi):
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

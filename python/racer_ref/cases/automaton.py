@@ -1,17 +1,20 @@
-"""Named, hand-checked cases for the automaton, run on both backends by test_automaton.py.
+"""Named, hand-checked cases for the automaton, run on both backends by tests/test_automaton.py
+and against a student's code by ``racer-ref check`` (exercises 01-03).
 
 Each case builds ``Automaton(max_nodes, ngram, min_border_depth)`` and runs its steps; a
 step commits ``tokens`` and then checks whatever it specifies. Strings (trie paths) are
 tuples of token ids; ``()`` is the root. The comments show the hand derivation.
 
-Also here: ``parse_dump``, which turns ``dump()`` into a dict (used by the tests' oracles).
+Also here: ``parse_dump``, which turns ``dump()`` into a dict, and the brute-force oracles
+``eager_failure_links`` and ``count_occurrences`` (used by the tests and the checker).
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 Path = Tuple[int, ...]
 
@@ -294,3 +297,33 @@ def parse_dump(text: str) -> dict:
         assert m, line
         out["states"][_path(m.group(1))] = (int(m.group(2)), _path(m.group(3)), int(m.group(4)))
     return out
+
+
+def eager_failure_links(paths: Sequence[Path]) -> Dict[Path, Path]:
+    """The textbook eager Aho-Corasick build over the trie of ``paths`` (a prefix-closed
+    set of non-empty token tuples): breadth-first, fail(p + t) = goto(fail(p), t)."""
+    present = set(paths)
+    children: Dict[Path, List[int]] = {(): []}
+    for p in paths:
+        children.setdefault(p, [])
+        children.setdefault(p[:-1], []).append(p[-1])
+    fail: Dict[Path, Path] = {}
+    queue: deque = deque()
+    for t in children[()]:
+        fail[(t,)] = ()
+        queue.append((t,))
+    while queue:
+        p = queue.popleft()
+        for t in children[p]:
+            q = fail[p]
+            while q + (t,) not in present and q != ():
+                q = fail[q]
+            fail[p + (t,)] = q + (t,) if q + (t,) in present else ()
+            queue.append(p + (t,))
+    return fail
+
+
+def count_occurrences(context: Sequence[int], path: Path) -> int:
+    """How many times ``path`` occurs as a contiguous run of ``context``."""
+    k = len(path)
+    return sum(1 for i in range(len(context) - k + 1) if tuple(context[i : i + k]) == path)
