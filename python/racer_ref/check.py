@@ -590,7 +590,7 @@ def _named_08(mod: ModuleType) -> CaseIter:
         tree = _core_tree(case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.root_topk)
         for name in ("attention_mask", "retrieve_indices"):
             if name in case.expect:  # the hand-checked arrays, not just the core's
-                assert tree.__dict__[name].tolist() == case.expect[name], case.name
+                assert getattr(tree, name).tolist() == case.expect[name], case.name
         yield case.name, lambda tree=tree: _mask_case(mod, tree, 5)
 
 
