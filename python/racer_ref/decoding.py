@@ -8,8 +8,9 @@ the committed tokens) and keep only the accepted path in the KV cache.
 
 With ``temperature=0`` the output equals ``model.generate(do_sample=False)`` token for token;
 with ``temperature > 0`` it has the distribution of plain sampling (lossless rule, spec
-"Sampling") with temperature and top-p only (no top-k). Other settings of the model's
-generation config (repetition penalty, ...) are not applied. Batch size 1 only.
+"Sampling") with temperature and top-p; any other transformers logits processor
+(repetition penalty, top-k, ...) comes in as ``logits_processor`` and is applied to every
+draft-tree node with its own prefix (:mod:`racer_ref.processing`). Batch size 1 only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 import numpy as np
 import torch
 
+from racer_ref.processing import as_tree_processor
 from racer_ref.tree import SOURCE_ROOT, DraftTree
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
@@ -51,8 +53,8 @@ class GenerationResult:
             ``drafting`` (the drafter's draft/observe/commit), ``forward`` (verify passes),
             ``acceptance`` (walking the tree, sampling), ``bookkeeping`` (KV-cache
             compaction, stopping rules, streaming), and ``total`` (wall time of the call).
-        stop_reason: ``"eos"``, ``"stop_string"``, ``"max_new_tokens"`` or ``"max_length"``
-            (the model's context length is full).
+        stop_reason: ``"eos"``, ``"stop_string"``, ``"stopping_criteria"``,
+            ``"max_new_tokens"`` or ``"max_length"`` (the model's context length is full).
         method: the drafting method used.
     """
 
@@ -238,6 +240,12 @@ class _StopStrings:
         return any(s in text for s in self.stop)
 
 
+def _criteria_hit(criteria: Any, ids: List[int], scores: torch.Tensor, device: Any) -> bool:
+    """Ask transformers-style stopping criteria about the sequence ``ids`` (prompt + new)."""
+    hit = criteria(torch.tensor([ids], device=device), scores)  # (1, P + N), (1, vocab)
+    return bool(hit.any()) if isinstance(hit, torch.Tensor) else bool(hit)
+
+
 def generate(
     model: Any,
     tokenizer: Any = None,
@@ -260,6 +268,8 @@ def generate(
     seed: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
     cache: Any = None,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
 ) -> GenerationResult:
     """Decode one prompt with RACER (or another drafter) and the target's verification.
 
@@ -291,6 +301,18 @@ def generate(
         seed, generator: randomness for sampling (a CPU ``torch.Generator`` wins over seed);
             neither means torch's global generator.
         cache: an empty ``transformers.DynamicCache`` to fill (default: a new one).
+        logits_processor: a ``transformers.LogitsProcessorList`` (or list of processors)
+            applied to every draft-tree node with that node's own prefix
+            (:mod:`racer_ref.processing`), before ``temperature`` / ``top_p``; greedy
+            decoding takes the argmax of the processed scores. Build the list
+            ``model.generate`` would use from a generation config with
+            :func:`racer_ref.processing.processors_from_generation_config`.
+        stopping_criteria: a ``transformers.StoppingCriteriaList`` or any callable
+            ``(input_ids, scores) -> bool`` (or a bool tensor), called after each new token
+            with ``input_ids`` ``(1, P + N)`` int64 (prompt and new tokens so far) and
+            ``scores`` ``(1, vocab)`` float32 (the processed scores that chose the token),
+            both on the model's device; true stops after that token
+            (``stop_reason="stopping_criteria"``).
 
     Returns:
         a :class:`GenerationResult`.
@@ -350,6 +372,9 @@ def generate(
     if streamer is not None and not (callable(getattr(streamer, "put", None))
                                      and callable(getattr(streamer, "end", None))):
         raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    if stopping_criteria is not None and not callable(stopping_criteria):
+        raise TypeError(f"stopping_criteria: expected a callable, got {type(stopping_criteria).__name__}")
+    processors = as_tree_processor(logits_processor)  # None: raw logits are the target's scores
     if drafter is None:
         from racer_ref.drafter import Drafter
 
@@ -384,15 +409,22 @@ def generate(
     last_topk = None  # top-k ids of the logits row that produced the root ("logits-last")
     drafted = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
 
-    def emit(block: List[int]) -> bool:
-        """Append a block of new tokens; cut it at the first stopping rule. True = stop."""
+    def emit(block: List[int], scores: Optional[torch.Tensor] = None) -> bool:
+        """Append a block of new tokens; cut it at the first stopping rule. True = stop.
+
+        ``scores``: ``(len(block), vocab)``, the scores that chose each token (for
+        ``stopping_criteria``)."""
         stopped = False
         for n_kept, token in enumerate(block, start=1):
             output.append(token)
+            criteria_hit = stopping_criteria is not None and _criteria_hit(
+                stopping_criteria, prompt_ids + output, scores[n_kept - 1:n_kept], model.device)
             if token in eos:
                 result.stop_reason, stopped = "eos", True
             elif stops.hit(output):
                 result.stop_reason, stopped = "stop_string", True
+            elif criteria_hit:
+                result.stop_reason, stopped = "stopping_criteria", True
             elif len(output) >= max_new_tokens:
                 result.stop_reason, stopped = "max_new_tokens", True
             if stopped:
@@ -416,7 +448,8 @@ def generate(
             tic = time.perf_counter()
             prompt_t = torch.tensor(prompt_ids, device=model.device)  # (P,)
             logits = forward_prompt(model, cache, prompt_t)  # (P, vocab)
-            root = choose(logits[-1])
+            root_scores = logits[-1] if processors is None else processors.root_scores(prompt_t, logits[-1])
+            root = choose(root_scores)
             sync()
             timings["prefill"] += time.perf_counter() - tic
             if drafter is not None:
@@ -428,7 +461,7 @@ def generate(
                 drafter.commit(np.asarray(prompt_ids, dtype=np.int64))
                 timings["drafting"] += time.perf_counter() - tic
             tic = time.perf_counter()
-            done = emit([root])
+            done = emit([root], root_scores[None])
             timings["bookkeeping"] += time.perf_counter() - tic
         while not done:
             # Room left for this step's block (accepted drafts + next root).
@@ -454,18 +487,23 @@ def generate(
             if drafter is not None:
                 # Every node's top-k feeds the copy-logit table; one top-k also gives the argmax.
                 topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
+            scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
+            if processors is not None:
+                committed = torch.tensor(prompt_ids + output[:-1], device=model.device)  # (L,) before the root
+                scores = processors(committed, tree, logits)
             if temperature == 0:
-                predicted = None if drafter is None else argmax_from_topk(logits, topk_values, topk_ids)
-                accepted, next_root = accept_greedy(logits, tree, predicted)
+                predicted = (None if drafter is None or processors is not None
+                             else argmax_from_topk(logits, topk_values, topk_ids))
+                accepted, next_root = accept_greedy(scores, tree, predicted)
             else:
-                accepted, next_root = accept_sampling(target_probs(logits, temperature, top_p), tree, generator)
+                accepted, next_root = accept_sampling(target_probs(scores, temperature, top_p), tree, generator)
             timings["acceptance"] += time.perf_counter() - tic
             result.accepted_lengths.append(len(accepted) - 1)
             result.tree_sizes.append(len(tree))
             # ---- commit: cache, output, drafter ------------------------------------------
             tic = time.perf_counter()
             keep_accepted(cache, past_length, accepted)
-            done = emit(tree.tokens[accepted[1:]].tolist() + [next_root])
+            done = emit(tree.tokens[accepted[1:]].tolist() + [next_root], scores[accepted])
             root = next_root
             timings["bookkeeping"] += time.perf_counter() - tic
             if drafter is not None:
