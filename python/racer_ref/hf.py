@@ -13,8 +13,8 @@ and return what ``model.generate`` returns: the ``(1, P + N)`` int64 tensor of p
 new tokens, or with ``return_dict_in_generate=True`` a :class:`RacerDecoderOnlyOutput`
 (transformers' ``GenerateDecoderOnlyOutput`` plus the acceptance statistics).
 
-Drafter settings are keyword arguments of ``generate()`` (transformers >= 4.57 passes the
-keys of this function's signature through): ``method``, ``capacity``, ``breadth``, ``ngram``,
+Drafter settings are keyword arguments of ``generate()`` (transformers after 4.56 passes
+the keys of this function's signature through): ``method``, ``capacity``, ``breadth``, ``ngram``,
 ``max_nodes``, ``backend``, ``drafter``, ``observe_rejected``. With transformers 4.56 bind them
 first: ``functools.partial(racer_decoding, capacity=32)``.
 """
