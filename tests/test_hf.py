@@ -102,6 +102,19 @@ def test_greedy_with_each_processor_equals_model_generate(kind, name):
     assert generate(m, prompt=PROMPT, max_new_tokens=NEW, logits_processor=processors).token_ids == new_tokens(expected)
 
 
+def test_racer_ref_generate_honours_the_models_generation_config():
+    m = tiny_model("llama")  # its own copy: the generation config is changed
+    m.generation_config.repetition_penalty = 1.8
+    m.generation_config.no_repeat_ngram_size = 3
+    expected = new_tokens(plain(m, max_new_tokens=NEW, do_sample=False))
+    assert expected != baseline()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # honoured, so nothing to warn about
+        assert generate(m, prompt=PROMPT, max_new_tokens=NEW).token_ids == expected
+    # logits_processor=[] applies none: the output of the bare model.
+    assert generate(m, prompt=PROMPT, max_new_tokens=NEW, logits_processor=[]).token_ids == baseline()
+
+
 def test_min_new_tokens_holds_eos_back():
     base = baseline()
     first = next(k for k in range(2, NEW) if base[k] not in base[:k])
@@ -307,6 +320,8 @@ def test_unsupported_settings_are_refused_by_name():
         "output_logits": dict(output_logits=True, return_dict_in_generate=True),
         "assistant_model": dict(assistant_model=model("gpt2")),
         "UnbatchedClassifierFreeGuidanceLogitsProcessor": dict(guidance_scale=1.5),
+        "cache_implementation": dict(cache_implementation="static"),
+        "prompt_lookup_num_tokens": dict(prompt_lookup_num_tokens=3),
     }
     for name, kwargs in cases.items():
         with pytest.raises(ValueError, match=name):

@@ -8,9 +8,10 @@ the committed tokens) and keep only the accepted path in the KV cache.
 
 With ``temperature=0`` the output equals ``model.generate(do_sample=False)`` token for token;
 with ``temperature > 0`` it has the distribution of plain sampling (lossless rule, spec
-"Sampling") with temperature and top-p; any other transformers logits processor
-(repetition penalty, top-k, ...) comes in as ``logits_processor`` and is applied to every
-draft-tree node with its own prefix (:mod:`racer_ref.processing`). Batch size 1 only.
+"Sampling") with temperature and top-p. The logits processors of the model's generation
+config (repetition penalty, ...), or those given as ``logits_processor`` (top-k, ...), are
+applied to every draft-tree node with its own prefix (:mod:`racer_ref.processing`).
+Batch size 1 only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 import numpy as np
 import torch
 
-from racer_ref.processing import as_tree_processor
+from racer_ref.processing import as_tree_processor, default_processors
 from racer_ref.tree import SOURCE_ROOT, DraftTree
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
@@ -304,14 +305,17 @@ def generate(
         logits_processor: a ``transformers.LogitsProcessorList`` (or list of processors)
             applied to every draft-tree node with that node's own prefix
             (:mod:`racer_ref.processing`), before ``temperature`` / ``top_p``; greedy
-            decoding takes the argmax of the processed scores. Build the list
-            ``model.generate`` would use from a generation config with
+            decoding takes the argmax of the processed scores. ``None`` (the default): the
+            processors ``model.generate(do_sample=False)`` builds from
+            ``model.generation_config`` (repetition penalty, ``no_repeat_ngram_size``,
+            ``min_new_tokens``, bad words, ...; none for most configs); ``[]``: none. For
+            other settings build the list with
             :func:`racer_ref.processing.processors_from_generation_config`.
         stopping_criteria: a ``transformers.StoppingCriteriaList`` or any callable
             ``(input_ids, scores) -> bool`` (or a bool tensor), called after each new token
             with ``input_ids`` ``(1, P + N)`` int64 (prompt and new tokens so far) and
-            ``scores`` ``(1, vocab)`` float32 (the processed scores that chose the token),
-            both on the model's device; true stops after that token
+            ``scores`` ``(1, vocab)`` (the scores that chose the token: processed, float32,
+            with ``logits_processor``; the logits without), both on the model's device; true stops after that token
             (``stop_reason="stopping_criteria"``).
 
     Returns:
@@ -374,6 +378,8 @@ def generate(
         raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
     if stopping_criteria is not None and not callable(stopping_criteria):
         raise TypeError(f"stopping_criteria: expected a callable, got {type(stopping_criteria).__name__}")
+    if logits_processor is None:  # what model.generate(do_sample=False) applies, from the model's config
+        logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
     processors = as_tree_processor(logits_processor)  # None: raw logits are the target's scores
     if drafter is None:
         from racer_ref.drafter import Drafter
@@ -503,7 +509,8 @@ def generate(
             # ---- commit: cache, output, drafter ------------------------------------------
             tic = time.perf_counter()
             keep_accepted(cache, past_length, accepted)
-            done = emit(tree.tokens[accepted[1:]].tolist() + [next_root], scores[accepted])
+            rows = scores[accepted] if stopping_criteria is not None else None  # row j chose token j
+            done = emit(tree.tokens[accepted[1:]].tolist() + [next_root], rows)
             root = next_root
             timings["bookkeeping"] += time.perf_counter() - tic
             if drafter is not None:

@@ -207,6 +207,9 @@ def processors_from_generation_config(model: Any, prompt_ids: Any, generation_co
 
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     config.update(**settings)
+    if not config.do_sample:  # the sampling settings are not used: say so to validate() as generate() does
+        for name in ("temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"):
+            setattr(config, name, None)
     config.validate()
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=model.device).reshape(1, -1)  # (1, P)
     # Turns eos_token_id & co. into the tensors the processors read (private, 4.56 to 5.x).
@@ -215,3 +218,20 @@ def processors_from_generation_config(model: Any, prompt_ids: Any, generation_co
                                        encoder_input_ids=prompt, prefix_allowed_tokens_fn=None,
                                        logits_processor=transformers.LogitsProcessorList(),
                                        device=model.device, model_kwargs={})
+
+
+def default_processors(model: Any, prompt_ids: Sequence[int], max_new_tokens: int, eos_token_id: Any = None) -> Any:
+    """What ``model.generate(do_sample=False)`` applies from ``model.generation_config``.
+
+    The processors of greedy decoding (repetition penalty, ``no_repeat_ngram_size``,
+    ``min_new_tokens``, bad words, suppressed tokens, ...), not the sampling warpers
+    (temperature, top-k, top-p): :func:`racer_ref.generate` takes its own ``temperature``
+    and ``top_p``. An empty list for most configs; ``[]`` for a model without a
+    generation config.
+    """
+    if getattr(model, "generation_config", None) is None or not hasattr(model, "_get_logits_processor"):
+        return []
+    settings: Dict[str, Any] = dict(do_sample=False, max_length=len(prompt_ids) + max_new_tokens)
+    if eos_token_id is not None:
+        settings["eos_token_id"] = eos_token_id
+    return processors_from_generation_config(model, prompt_ids, **settings)
