@@ -8,8 +8,10 @@ the committed tokens) and keep only the accepted path in the KV cache.
 
 With ``temperature=0`` the output equals ``model.generate(do_sample=False)`` token for token;
 with ``temperature > 0`` it has the distribution of plain sampling (lossless rule, spec
-"Sampling") with temperature and top-p only (no top-k). Other settings of the model's
-generation config (repetition penalty, ...) are not applied. Batch size 1 only.
+"Sampling") with temperature and top-p. The logits processors of the model's generation
+config (repetition penalty, ...), or those given as ``logits_processor`` (top-k, ...), are
+applied to every draft-tree node with its own prefix (:mod:`racer_ref.processing`).
+Batch size 1 only.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from racer_ref.drafter import claim
 from racer_ref.metrics import mean_accepted_tokens
+from racer_ref.processing import as_tree_processor, default_processors
 from racer_ref.sampling import check_sampling_arguments, sample, target_probs
 from racer_ref.tree import METHODS, DraftTree
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
@@ -58,8 +61,8 @@ class GenerationResult:
             ``drafting`` (the drafter's draft/observe/commit), ``forward`` (verify passes),
             ``acceptance`` (walking the tree, sampling), ``bookkeeping`` (KV-cache
             compaction, stopping rules, streaming), and ``total`` (wall time of the call).
-        stop_reason: ``"eos"``, ``"stop_string"``, ``"max_new_tokens"`` or ``"max_length"``
-            (the model's context length is full).
+        stop_reason: ``"eos"``, ``"stop_string"``, ``"stopping_criteria"``,
+            ``"max_new_tokens"`` or ``"max_length"`` (the model's context length is full).
         method: the drafting method used.
     """
 
@@ -257,37 +260,38 @@ class _StopStrings:
 
 
 # ----------------------------------------------------------------------------- the boundary
+def _criteria_hit(criteria: Any, ids: List[int], scores: torch.Tensor, device: Any) -> bool:
+    """Ask transformers-style stopping criteria about the sequence ``ids`` (prompt + new)."""
+    hit = criteria(torch.tensor([ids], device=device), scores)  # (1, P + N), (1, vocab)
+    return bool(hit.any()) if isinstance(hit, torch.Tensor) else bool(hit)
+
+
 # generate() checks every argument once, here, before any work; the loop trusts the result.
 
-#: Settings of ``model.generation_config`` that ``model.generate`` applies and we do not,
-#: with their neutral values: a setting away from them makes the two differ, so we warn.
-#: The sampling-only ones matter only with ``temperature > 0``.
-UNAPPLIED_SETTINGS = {
-    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
-    "no_repeat_ngram_size": (None, 0), "min_new_tokens": (None, 0), "min_length": (None, 0),
-    "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
-    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
-    "exponential_decay_length_penalty": (None,),
-}
+#: Settings of ``model.generation_config`` that a sampling ``model.generate`` applies and
+#: generate() does not take from the config (it has its own ``temperature`` and ``top_p``;
+#: pass the others as ``logits_processor``), with their neutral values: a setting away from
+#: them makes the two differ when sampling, so we warn. The greedy processors (repetition
+#: penalty, ``no_repeat_ngram_size``, ...) are applied (:func:`default_processors`).
 UNAPPLIED_SAMPLING_SETTINGS = {
     "top_k": (None, 0), "typical_p": (None, 1.0), "min_p": (None, 0.0), "epsilon_cutoff": (None, 0.0),
     "eta_cutoff": (None, 0.0),
 }
 
 
-def _check_generation_config(model: Any, temperature: float) -> None:
+def _check_generation_config(model: Any, temperature: float, processors_given: bool) -> None:
     """Warn about every setting of the model's generation config that ``model.generate``
     would apply and ``generate()`` does not (they change the output or its distribution)."""
     config = getattr(model, "generation_config", None)
     if config is None:
         return
-    settings = {**UNAPPLIED_SETTINGS, **(UNAPPLIED_SAMPLING_SETTINGS if temperature > 0 else {})}
+    settings = UNAPPLIED_SAMPLING_SETTINGS if temperature > 0 and not processors_given else {}
     ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in settings.items()
                if getattr(config, name, None) not in neutral]
     if ignored:
         warnings.warn(f"model.generation_config: {', '.join(ignored)} not applied by racer_ref.generate "
-                      "(only temperature and top_p are), so its output differs from model.generate's",
-                      stacklevel=4)
+                      "when sampling (pass them as logits_processor), so its distribution differs from "
+                      "model.generate's", stacklevel=4)
     if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
         warnings.warn(f"model.generation_config: cache_implementation={config.cache_implementation!r} is not "
                       "used: racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
@@ -379,6 +383,7 @@ class _Call:
     top_p: float
     generator: Optional[torch.Generator]
     observe_rejected: bool
+    processors: Any  # a TreeLogitsProcessor, or None: the logits are the target's scores
     output: "_Output"
 
     def choose(self, logits_row: torch.Tensor) -> int:
@@ -391,7 +396,8 @@ class _Call:
 def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, method: Any, capacity: Any,
                 breadth: Any, ngram: Any, max_nodes: Any, backend: Any, temperature: Any, top_p: Any,
                 eos_token_id: Any, stop: Any, streamer: Any, callback: Any, drafter: Any,
-                observe_rejected: Any, seed: Any, generator: Any, cache: Any) -> _Call:
+                observe_rejected: Any, seed: Any, generator: Any, cache: Any, logits_processor: Any = None,
+                stopping_criteria: Any = None) -> _Call:
     """Check every argument of :func:`generate` (its "Raises" section) and bundle them."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(model.config, "is_encoder_decoder", False):
@@ -400,7 +406,7 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", max_new_tokens, 0)
     check_sampling_arguments(temperature, top_p)
-    _check_generation_config(model, temperature)
+    _check_generation_config(model, temperature, logits_processor is not None)
     vocab_size = int(config.vocab_size)
     prompt_ids = _prompt_ids(tokenizer, prompt, vocab_size)
     max_length = getattr(config, "max_position_embeddings", None)
@@ -426,6 +432,11 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
     if streamer is not None and not (callable(getattr(streamer, "put", None))
                                      and callable(getattr(streamer, "end", None))):
         raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    if stopping_criteria is not None and not callable(stopping_criteria):
+        raise TypeError(f"stopping_criteria: expected a callable, got {type(stopping_criteria).__name__}")
+    if logits_processor is None:  # what model.generate(do_sample=False) applies, from the model's config
+        logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
+    processors = as_tree_processor(logits_processor)  # None: raw logits are the target's scores
     drafter = _drafter(drafter, vocab_size, method, capacity=capacity, breadth=breadth, ngram=ngram,
                        max_nodes=max_nodes, backend=backend)
     return _Call(
@@ -433,7 +444,8 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
         drafter=drafter, k=_topk_width(drafter, breadth, vocab_size),
         temperature=temperature, top_p=top_p, generator=generator, observe_rejected=observe_rejected,
-        output=_Output(eos, stops, max_new_tokens, streamer, callback),
+        processors=processors,
+        output=_Output(eos, stops, max_new_tokens, streamer, callback, stopping_criteria, prompt_ids, model.device),
     )
 
 
@@ -442,23 +454,31 @@ class _Output:
     streaming of each committed block."""
 
     def __init__(self, eos: set, stops: _StopStrings, max_new_tokens: int, streamer: Any,
-                 callback: Optional[Callable[[List[int]], None]]) -> None:
+                 callback: Optional[Callable[[List[int]], None]], criteria: Any = None,
+                 prompt_ids: Sequence[int] = (), device: Any = None) -> None:
         self.token_ids: List[int] = []
+        self.criteria, self.prompt_ids, self.device = criteria, list(prompt_ids), device
         self.eos, self.max_new_tokens = eos, max_new_tokens
         self.stops = stops if stops.stop else None  # no stop strings: nothing to decode
         self.streamer, self.callback = streamer, callback
         self.stop_reason: Optional[str] = None  # set by the first stopping rule that fires
 
-    def emit(self, block: List[int]) -> int:
+    def emit(self, block: List[int], scores: Optional[torch.Tensor] = None) -> int:
         """Append a block of new tokens, cut at the first stopping rule; return how many
-        were kept (``stop_reason`` says whether a rule fired)."""
+        were kept (``stop_reason`` says whether a rule fired). ``scores``:
+        ``(len(block), vocab)``, the scores that chose each token (read by
+        ``stopping_criteria`` only)."""
         output = self.token_ids
         for n_kept, token in enumerate(block, start=1):
             output.append(token)
+            criteria_hit = self.criteria is not None and _criteria_hit(
+                self.criteria, self.prompt_ids + output, scores[n_kept - 1:n_kept], self.device)
             if token in self.eos:
                 self.stop_reason = "eos"
             elif self.stops is not None and self.stops.hit(output):
                 self.stop_reason = "stop_string"
+            elif criteria_hit:
+                self.stop_reason = "stopping_criteria"
             elif len(output) >= self.max_new_tokens:
                 self.stop_reason = "max_new_tokens"
             if self.stop_reason is not None:
@@ -514,6 +534,8 @@ def generate(
     seed: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
     cache: Any = None,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
 ) -> GenerationResult:
     """Decode one prompt with RACER (or another drafter) and the target's verification.
 
@@ -578,7 +600,7 @@ def generate(
     clock = _Clock(model)
     call = _check_call(model, tokenizer, prompt, max_new_tokens, method, capacity, breadth, ngram, max_nodes,
                        backend, temperature, top_p, eos_token_id, stop, streamer, callback, drafter,
-                       observe_rejected, seed, generator, cache)
+                       observe_rejected, seed, generator, cache, logits_processor, stopping_criteria)
     clock.skip()  # the checks count in "total" only
     drafter, cache, out, k = call.drafter, call.cache, call.output, call.k
     output = out.token_ids  # new tokens, the root of the next step last
@@ -593,8 +615,11 @@ def generate(
         done = call.max_new_tokens == 0
         if not done:
             # ---- prefill: the prompt fills the cache and predicts the first root ----------
-            logits = forward_prompt(model, cache, torch.from_numpy(call.prompt_ids).to(model.device))  # (P, vocab)
-            root = call.choose(logits[-1])
+            prompt_t = torch.from_numpy(call.prompt_ids).to(model.device)  # (P,)
+            logits = forward_prompt(model, cache, prompt_t)  # (P, vocab)
+            processors = call.processors
+            root_scores = logits[-1] if processors is None else processors.root_scores(prompt_t, logits[-1])
+            root = call.choose(root_scores)
             clock.lap("prefill", sync=True)
             # Copy-logit rows for every prompt position; the automaton learns the prompt.
             topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
@@ -602,7 +627,7 @@ def generate(
             drafter.observe(call.prompt_ids, topk)
             drafter.commit(call.prompt_ids)
             clock.lap("drafting")
-            out.emit([root])
+            out.emit([root], root_scores[None])
             done = out.stop_reason is not None
             clock.lap("bookkeeping")
         while not done:
@@ -624,16 +649,22 @@ def generate(
             # ---- accept ---------------------------------------------------------------------
             # Every node's top-k feeds the copy-logit table; the same top-k gives the argmax.
             topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
+            scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
+            if processors is not None:
+                committed_t = torch.tensor(call.prompt_ids.tolist() + output[:-1], device=model.device)  # before the root
+                scores = processors(committed_t, tree, logits)
             if call.temperature == 0:
-                accepted, next_root = accept_greedy(logits, tree, argmax_from_topk(logits, topk_values, topk_ids))
+                predicted = None if processors is not None else argmax_from_topk(logits, topk_values, topk_ids)
+                accepted, next_root = accept_greedy(scores, tree, predicted)
             else:
-                probs = target_probs(logits, call.temperature, call.top_p)  # (n, vocab)
+                probs = target_probs(scores, call.temperature, call.top_p)  # (n, vocab)
                 accepted, next_root = accept_sampling(probs, tree, call.generator)
             result.tree_sizes.append(len(tree))
             clock.lap("acceptance")
             # ---- commit: cache, output, drafter ---------------------------------------------
             keep_accepted(cache, past_length, accepted)
-            kept = out.emit(tree.tokens[accepted[1:]].tolist() + [next_root])
+            rows = scores[accepted] if out.criteria is not None else None  # row j chose token j
+            kept = out.emit(tree.tokens[accepted[1:]].tolist() + [next_root], rows)
             done = out.stop_reason is not None
             # a counts what this step committed (cut by a stopping rule), a_raw what was accepted.
             result.accepted_lengths.append(kept - 1)
