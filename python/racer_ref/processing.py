@@ -232,6 +232,6 @@ def default_processors(model: Any, prompt_ids: Sequence[int], max_new_tokens: in
     if getattr(model, "generation_config", None) is None or not hasattr(model, "_get_logits_processor"):
         return []
     settings: Dict[str, Any] = dict(do_sample=False, max_length=len(prompt_ids) + max_new_tokens)
-    if eos_token_id is not None:
-        settings["eos_token_id"] = eos_token_id
+    if eos_token_id is not None and not (isinstance(eos_token_id, (list, tuple)) and len(eos_token_id) == 0):
+        settings["eos_token_id"] = eos_token_id  # [] (no EOS stops generation): the config's ids, for min_new_tokens
     return processors_from_generation_config(model, prompt_ids, **settings)
