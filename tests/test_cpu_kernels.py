@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from models import greedy_reference, single_thread, tiny_model  # noqa: F401
-from racer_ref.generate import generate
+from racer_ref.decoding import generate
 from racer_ref.speedups import cpu_kernels as ck
 
 HAVE = ck.available_kernels()
@@ -234,7 +234,7 @@ def test_real_timer_runs_and_keeps_outputs_close():
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_fast_forward_equals_model_forward_and_greedy(kind):
-    from racer_ref.kv_cache import growing_cache
+    from racer_ref.speedups.kv_cache import growing_cache
     from racer_ref.verify import forward_prompt, forward_tree
 
     from models import make_tree

@@ -35,7 +35,6 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     import torch
 
     from racer_ref.harness.models import load_model
-    from racer_ref.speedups.prepack import maybe_prepack
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -52,10 +51,10 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only where the model uses sdpa and groups its query heads
-    try:
-        maybe_prepack(model, getattr(args, "prepack", "off"))
-    except RuntimeError as exc:  # --prepack on where it cannot be done
-        raise SystemExit(f"racer-ref: error: --prepack on: {exc}") from None
+    if getattr(args, "cpu_kernels", "off") != "off":
+        from racer_ref.speedups.cpu_kernels import speed_up_model
+
+        speed_up_model(model)  # CPU only; $RACER_REF_CPU_KERNELS=off also switches it off
     return model, tokenizer
 
 
@@ -72,9 +71,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                         "choice, and sdpa_gqa instead of sdpa for grouped-query models")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's)")
-    g.add_argument("--prepack", default="auto", choices=["auto", "on", "off"],
-                   help="pack the linear weights once for MKL so that verify passes of 4-32 tokens "
-                        "skip MKL's per-call packing (racer_ref.speedups.prepack; auto: on for CPU fp32)")
+    g.add_argument("--cpu-kernels", default="auto", choices=["auto", "off"],
+                   help="on a CPU, time PyTorch's stock, oneDNN and MKL linear kernels on the model at "
+                        "load and use the fastest per call shape, with a direct forward for Llama-like "
+                        "models (racer_ref.speedups.cpu_kernels); off: PyTorch's stock path")
 
 
 def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:

@@ -226,10 +226,14 @@ class MethodRunner:
         if method in HF_METHODS:
             if self.temperature != 0:
                 raise ValueError(f"method {method}: the hf-* baselines are greedy only (temperature 0)")
-            self._sync()
-            tic = time.perf_counter()
-            result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
-            self._sync()
+            from racer_ref.speedups.cpu_kernels import stock_path
+
+            # Stock transformers stands for itself: PyTorch's own kernels, the model's own forward.
+            with stock_path(self.model):
+                self._sync()
+                tic = time.perf_counter()
+                result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
+                self._sync()
             return RunOutput(result, time.perf_counter() - tic, None)
 
         from racer_ref.decoding import generate
@@ -428,7 +432,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
-    from racer_ref.speedups.prepack import prepacked_layer_count
+    from racer_ref.speedups.cpu_kernels import kernels_report, routed_layer_count
 
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     cpu = platform.processor() or platform.machine()
@@ -450,7 +454,9 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "dtype": str(model.dtype).replace("torch.", ""),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "torch_threads": torch.get_num_threads(),
-        "prepacked_linears": prepacked_layer_count(model),
+        "routed_linears": routed_layer_count(model),
+        "cpu_kernels": kernels_report(model),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -480,12 +486,18 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         meta = json.loads((out / "meta.json").read_text())
     methods = meta.get("methods")
     lines = ["# racer-ref benchmark", ""]
-    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "cpu", "source",
+    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "routed_linears",
+            "cpu", "load_average", "source",
             "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "repeats", "torch",
             "transformers", "date"]
     for k in keys:
         if k in meta and meta[k] is not None:
             lines.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    kernels = meta.get("cpu_kernels")
+    if kernels and kernels.get("choice"):
+        lines.append("- cpu kernels (" + str(kernels.get("cpu_capability")) + "): " + "; ".join(
+            f"{g} " + ", ".join(f"{c} rows {k}" for c, k in cl.items()) for g, cl in kernels["choice"].items())
+            + ("; direct forward" if kernels.get("fast_forward") else ""))
     lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; runs: {len(rows)}")
     lines.append("- MAT = mean tokens per step (a + 1) over all steps; speedup = token-weighted "
                  "ratio of seconds per new token; warm-up run first, method order rotated per prompt"

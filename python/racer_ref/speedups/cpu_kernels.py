@@ -672,3 +672,69 @@ def _agrees(model: Any, fast: FastForward) -> bool:
     want, got = outs
     scale = float(want.abs().max()) or 1.0
     return bool(torch.isfinite(got).all()) and float((got - want).abs().max()) <= 1e-4 * scale
+
+
+# ----------------------------------------------------------------------------- one call for all
+
+
+def speed_up_model(model: Any, enabled: Optional[bool] = None, **options: Any) -> Optional[CpuKernels]:
+    """The CPU fast path in one call (what ``racer-ref`` does when it loads a model): the
+    measured linear kernels (:func:`apply_cpu_kernels`) and the direct forward
+    (:func:`install_fast_forward`). A model not on the CPU is left as it is.
+
+    Args:
+        model: a transformers causal LM.
+        enabled: ``False`` is the opt-out (nothing changes); ``None`` reads
+            ``$RACER_REF_CPU_KERNELS``; ``True`` applies regardless of it.
+        options: passed to :func:`apply_cpu_kernels` (``rounds``, ``budget_s``, ...).
+
+    Returns:
+        the :class:`CpuKernels` handle (also kept as ``model.racer_cpu_kernels``), or ``None``
+        when the model is not on the CPU.
+    """
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        return None
+    handle = apply_cpu_kernels(model, enabled=enabled, **options)
+    if enabled is False or (enabled is None and switched_off()):
+        handle.fast_forward = None
+    else:
+        handle.fast_forward = install_fast_forward(model)
+    model.racer_cpu_kernels = handle
+    return handle
+
+
+def kernels_report(model: Any) -> Optional[Dict[str, Any]]:
+    """:meth:`CpuKernels.report` of the handle :func:`speed_up_model` left on ``model``, with
+    whether the direct forward is installed; ``None`` when it was never called."""
+    handle = getattr(model, "racer_cpu_kernels", None)
+    if handle is None:
+        return None
+    report = handle.report()
+    report["fast_forward"] = getattr(handle, "fast_forward", None) is not None
+    return report
+
+
+class stock_path:
+    """``with stock_path(model): ...`` runs the model as stock PyTorch / transformers would
+    (no routed kernels, its own forward) and restores the fast path afterwards. The baselines
+    that stand for stock transformers (``hf-greedy``, ``hf-pld``) run inside it."""
+
+    def __init__(self, model: Any) -> None:
+        self.handle = getattr(model, "racer_cpu_kernels", None)
+        self.saved: Tuple[bool, bool] = (False, False)
+
+    def __enter__(self) -> "stock_path":
+        if self.handle is not None:
+            fast = getattr(self.handle, "fast_forward", None)
+            self.saved = (self.handle.enabled, fast.enabled if fast is not None else False)
+            self.handle.enabled = False
+            if fast is not None:
+                fast.enabled = False
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            self.handle.enabled = self.saved[0]
+            fast = getattr(self.handle, "fast_forward", None)
+            if fast is not None:
+                fast.enabled = self.saved[1]
