@@ -241,6 +241,11 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.temperature == 0:
             same = "  output identical: " + ("yes" if out.result.token_ids == base.result.token_ids else "NO")
         console.print(f"speedup of {args.method} over {args.baseline}: {sp:.2f}x{same}")
+        if args.temperature == 0 and out.result.token_ids != base.result.token_ids:
+            from racer_ref.harness.bench import describe_difference, explain_difference
+
+            diff = explain_difference(model, ids, base.result.token_ids, out.result.token_ids, tokenizer)
+            console.print(f"first difference from {args.baseline}, {describe_difference(diff)}")
     return 0
 
 
