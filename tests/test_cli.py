@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from models import single_thread, tiny_model  # noqa: F401
 from racer_ref import cli
@@ -39,7 +40,10 @@ def test_entry_point_is_declared():
 def test_parser_defaults_and_choices():
     args = cli.build_parser().parse_args(["generate", "hi"])
     assert (args.method, args.capacity, args.max_new_tokens, args.temperature, args.baseline) == \
-        ("racer", 64, 128, 0.0, "hf-greedy")
+        ("racer", None, 128, 0.0, "hf-greedy")  # None: the device's default, resolved at load
+    cpu, gpu = type("M", (), {"device": torch.device("cpu")})(), type("M", (), {"device": torch.device("cuda")})()
+    assert (cli.default_capacity(None, cpu), cli.default_capacity(None, gpu), cli.default_capacity(8, cpu)) == \
+        ("auto", 64, 8)
     args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
                                           "--capacity", "auto", "--limit", "3"])
     assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")

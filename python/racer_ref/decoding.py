@@ -30,6 +30,12 @@ from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, 
 #: Every ``method`` generate() accepts: the drafters of ``racer_ref.Drafter`` plus plain
 #: autoregressive decoding (``"ar"``: root-only trees through the same loop).
 METHODS = ("racer", "retrieval", "logits", "logits-last", "pld", "ar")
+#: The paper's capacity, and the default on a GPU (``capacity=None``).
+DEFAULT_GPU_CAPACITY = 64
+#: The default elsewhere: on a CPU a verify pass costs more with every node, and 16 nodes
+#: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
+#: Fixed rather than "auto" so that a seed reproduces a sampled output.
+DEFAULT_CPU_CAPACITY = 16
 
 #: Keys of :attr:`GenerationResult.timings` (seconds).
 TIMING_KEYS = ("prefill", "drafting", "forward", "acceptance", "bookkeeping", "total")
@@ -244,7 +250,7 @@ def generate(
     prompt: Any = None,
     max_new_tokens: int = 128,
     method: str = "racer",
-    capacity: int = 64,
+    capacity: Union[int, str, None] = None,
     breadth: int = 8,
     ngram: int = 10,
     max_nodes: int = 10_000,
@@ -272,7 +278,13 @@ def generate(
         max_new_tokens: at most this many new tokens (>= 0).
         method: ``"racer"``, ``"retrieval"``, ``"logits"``, ``"logits-last"``, ``"pld"`` or
             ``"ar"`` (no drafts: one token per forward pass through the same loop).
-        capacity: draft-tree nodes per verify pass, root included (>= 1; paper 64).
+        capacity: draft-tree nodes per verify pass, root included (>= 1; the paper's 64), or
+            ``"auto"``: per step, the capacity with the most tokens per second on this device
+            (:mod:`racer_ref.speedups.capacity`, which profiles the model once per process).
+            ``None`` (default): 64 on a GPU, 16 elsewhere, where a 64-node verify pass costs
+            several one-token passes (a given ``drafter`` brings its own). ``"auto"`` without a
+            ``drafter`` only; its choices follow measured times, so a seed does not reproduce a
+            sampled output with it.
         breadth: k, the copy-logit table's top-k (>= 1; paper 8).
         ngram, max_nodes, backend: passed to ``racer_ref.Drafter``.
         temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
@@ -322,7 +334,13 @@ def generate(
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", max_new_tokens, 0)
-    _check_int("capacity", capacity, 1)
+    if capacity == "auto" and drafter is not None:
+        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+    if capacity is None:  # the device's default (a given drafter brings its own capacity)
+        capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" or drafter is not None else DEFAULT_CPU_CAPACITY
+    auto = capacity == "auto"
+    if not auto:
+        _check_int("capacity", capacity, 1)
     _check_int("breadth", breadth, 1)
     check_sampling_arguments(temperature, top_p)
     vocab_size = int(config.vocab_size)
@@ -354,10 +372,15 @@ def generate(
         from racer_ref.drafter import Drafter
 
         # Built for "ar" too, so that its arguments are checked alike; "ar" drafts nothing.
-        drafter = Drafter(method=method, vocab_size=vocab_size, capacity=capacity, breadth=breadth,
-                          ngram=ngram, max_nodes=max_nodes, backend=backend)
+        drafter = Drafter(method=method, vocab_size=vocab_size, capacity=DEFAULT_GPU_CAPACITY if auto else capacity,
+                          breadth=breadth, ngram=ngram, max_nodes=max_nodes, backend=backend)
         if method == "ar":
             drafter = None
+        elif auto:
+            # A speed-up, imported only when asked for: the loop itself knows fixed capacities.
+            from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+            drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
     else:
         missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
         if missing:
