@@ -44,3 +44,20 @@ def test_one_output_a_prefix_of_the_other():
     d = explain_difference(model, PROMPT, ref, ref[:4])
     assert d["position"] == 4 and d["reference_token"] is None and d["near_tie"] is False
     assert "ends" in describe_difference(d)
+
+
+def test_a_speedup_over_ar_above_the_mat_is_flagged():
+    from racer_ref.harness.summary import implausible_speedups, summary_tables
+
+    def row(method, wall, steps, prompt="1"):
+        return {"method": method, "prompt_id": prompt, "category": "c", "new_tokens": 60, "steps": steps,
+                "wall_s": wall, "matches_ar": True, "mean_accepted_tokens": 60 / steps,
+                "accepted_lengths": [60 // steps - 1] * steps}
+
+    honest = [row("ar", 6.0, 60), row("racer", 2.0, 20)]  # MAT 3, 3.0x: possible
+    assert implausible_speedups(honest) == []
+    assert "not to be trusted" not in summary_tables(honest)
+    loaded = [row("ar", 6.0, 60), row("racer", 1.0, 20)]  # MAT 3, 6.0x: a measurement error
+    (m, sp, mat), = implausible_speedups(loaded)
+    assert (m, round(sp, 2), round(mat, 2)) == ("racer", 6.0, 3.0)
+    assert "Timing figures not to be trusted" in summary_tables(loaded)

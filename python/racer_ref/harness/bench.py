@@ -493,6 +493,8 @@ def run_bench(
                 f.write(json.dumps(row) + "\n")
             f.flush()
     bar.close()
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     if runner.controllers:
         info["capacity_auto"] = {m: c.report() for m, c in runner.controllers.items()}
         info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
