@@ -1,26 +1,36 @@
-"""Cost of one verify pass against the draft-tree size, on this machine (what ``--capacity
-auto`` measures), and what it means for the speedup.
+"""Cost of one verify pass against the draft-tree size: stock transformers (``T_hf``) against
+racer-ref's CPU path (``T``), on the same model in one run, interleaved.
 
-    .venv/bin/python benchmarks/bench_capacity.py                 # default model, CPU, fp32
-    .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16
+    .venv/bin/python benchmarks/bench_capacity.py                  # default model, CPU, fp32, 2 threads
+    .venv/bin/python benchmarks/bench_capacity.py --variants hf,ours,no-kernels,no-fast-forward
     .venv/bin/python benchmarks/bench_capacity.py --mat 64=3.34 16=2.6   # + predicted speedups
-    .venv/bin/python benchmarks/bench_capacity.py --prepack both         # MKL prepacked weights too
-    .venv/bin/python benchmarks/bench_capacity.py --prepack on --attn both  # sdpa vs sdpa_gqa attention
-    .venv/bin/python benchmarks/bench_capacity.py --prepack on --cache both # DynamicLayer vs GrowingLayer
+    .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16 --variants hf,ours
 
-For each tree size n it prints the median and the minimum over ``--rounds`` interleaved rounds
-of one verify pass (forward over n tree tokens after ``--prefix`` cached tokens, plus the
-top-k and argmax every step does), and the ratio ``T(n) / T(1)``. On a busy machine the
-minimum is the less disturbed figure (other processes only ever add time).
+Variants (one model, switched between passes):
 
-With ``--mat C=MAT ...`` (MAT measured by ``racer-ref bench`` at capacity C) it also prints the
-speedup over one-token decoding that the cost model predicts, ``MAT * T(1) / T(C)``,
-ignoring drafting and bookkeeping (a few percent of a step on a CPU).
+- ``hf``: what stock transformers does: ``sdpa`` attention, a ``DynamicCache``, PyTorch's own
+  linear kernels, the model's own forward. At n = 1 this is one step of ``model.generate``.
+- ``ours``: ``sdpa_gqa`` attention (``racer_ref.speedups.attention``), the in-place cache
+  (``racer_ref.speedups.kv_cache``), the linear kernels chosen by ``racer_ref.speedups.cpu_kernels``
+  and its direct forward.
+- ``no-kernels`` / ``no-fast-forward``: ``ours`` without the one or the other (what each adds).
+
+A pass is one forward over a chain of n tree tokens after ``--prefix`` cached tokens (with the
+4-D tree mask for n > 1, exactly as ``racer_ref.verify.forward_tree``), plus the top-k over the
+vocabulary that every RACER step does. Every (n, variant) is timed once per round, rounds
+interleaved, so that load from other processes hits all alike; we print the median and the
+minimum (other processes only ever add time: on a busy machine the minimum is the less
+disturbed figure) and the ratios. The machine's load average is printed before and after: only
+quote figures measured on a quiet machine.
+
+Targets (issue 13, SmolLM2-135M fp32, 2 threads): T(1) <= 0.8 T_hf(1), T(8) <= 1.4 T(1),
+T(16) <= 1.8 T(1).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -31,6 +41,8 @@ try:  # the package as installed by `make setup`, else straight from the source 
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
+VARIANTS = ("hf", "ours", "no-kernels", "no-fast-forward")
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,97 +50,122 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--sizes", default="1,2,4,8,11,16,24,32,48,64,96,128")
+    p.add_argument("--sizes", default="1,2,4,8,16,32,64")
     p.add_argument("--prefix", type=int, default=256, help="tokens in the KV cache")
-    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--variants", default="hf,ours", help=f"comma-separated, from {', '.join(VARIANTS)}")
     p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
-    p.add_argument("--prepack", default="off", choices=["off", "on", "both"],
-                   help="MKL prepacked weights (racer_ref.speedups.prepack): off, on, or both interleaved")
-    p.add_argument("--attn", default="sdpa_gqa", choices=["sdpa", "sdpa_gqa", "both"],
-                   help="attention: transformers' sdpa, racer_ref.speedups.attention's sdpa_gqa, or both interleaved")
-    p.add_argument("--cache", default="growing", choices=["dynamic", "growing", "both"],
-                   help="KV cache layers: transformers' DynamicLayer, racer_ref.speedups.kv_cache's GrowingLayer, or both")
     args = p.parse_args()
-
-    import itertools
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        p.error(f"--variants: expected names from {VARIANTS}, got {args.variants!r}")
 
     import numpy as np
     import torch
     from transformers import DynamicCache
 
-    from racer_ref.speedups.capacity import _pass, chain_tree
+    from racer_ref.speedups.attention import register, use_sdpa_gqa
+    from racer_ref.speedups.capacity import chain_tree
     from racer_ref.speedups.kv_cache import growing_cache
     from racer_ref.harness.models import load_model
-    from racer_ref.verify import forward_prompt
+    from racer_ref.speedups.cpu_kernels import apply_cpu_kernels, cpu_name, install_fast_forward
+    from racer_ref.verify import forward_prompt, forward_tree
 
     torch.set_num_threads(args.threads)
     model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
     vocab = int(model.config.vocab_size)
     sizes = [int(s) for s in args.sizes.split(",")]
-    packs = {"off": ["off"], "on": ["on"], "both": ["off", "on"]}[args.prepack]
-    attns = ["sdpa", "sdpa_gqa"] if args.attn == "both" else [args.attn]
-    caches = ["dynamic", "growing"] if args.cache == "both" else [args.cache]
-    if "sdpa_gqa" in attns:
-        from racer_ref.speedups.attention import register
+    register()
+    stock_attn = model.config._attn_implementation
+    gqa = use_sdpa_gqa(model)
+    ours_attn = model.config._attn_implementation
+    kernels = apply_cpu_kernels(model, enabled=True)
+    fast = install_fast_forward(model)
+    print(kernels.describe())
+    print(f"direct forward: {'installed' if fast else 'not available for this model'}; "
+          f"attention {stock_attn} -> {ours_attn if gqa else stock_attn}")
 
-        register()
-    handle = None
-    if args.prepack != "off":
-        from racer_ref.speedups.prepack import prepack_linear_weights
-
-        handle = prepack_linear_weights(model)
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    # A variant: (prepack, attention, cache kind); one sample list per (tree size, variant).
-    variants = list(itertools.product(packs, attns, caches))
-    samples = {(n, v): [] for n in sizes for v in variants}
-
-    def setup(variant: tuple) -> None:
-        pack, attn, _ = variant
-        if handle is not None:
-            handle.enabled = pack == "on"
+    def setup(variant: str) -> None:
+        stock = variant == "hf"
+        kernels.enabled = bool(kernels.layers) and variant not in ("hf", "no-kernels")
+        if fast is not None:
+            fast.enabled = variant not in ("hf", "no-fast-forward")
+        attn = stock_attn if stock else ours_attn
         if model.config._attn_implementation != attn:
             model.set_attn_implementation(attn)
 
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    samples = {(n, v): [] for n in sizes for v in variants}
+    load_before = os.getloadavg()
     with torch.inference_mode():
         prompt = torch.as_tensor(np.random.default_rng(0).integers(0, vocab, args.prefix), device=model.device)
-        kv = {}
-        for kind in caches:
-            kv[kind] = growing_cache(model) if kind == "growing" else DynamicCache(config=model.config)
-            forward_prompt(model, kv[kind], prompt)
+        caches = {}
+        for v in variants:
+            setup(v)
+            caches[v] = DynamicCache(config=model.config) if v == "hf" else growing_cache(model)
+            forward_prompt(model, caches[v], prompt)
         trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
+
+        def one_pass(n: int, v: str) -> None:
+            cache = caches[v]
+            logits = forward_tree(model, cache, trees[n])  # (n, vocab)
+            logits.topk(8, dim=-1).indices.cpu()  # what every RACER step reads off the logits
+            for layer in cache.layers:  # drop the tree again: back to the prefix only
+                layer.keys = layer.keys[:, :, :args.prefix]
+                layer.values = layer.values[:, :, :args.prefix]
+
         for n, v in samples:  # warm-up
             setup(v)
-            _pass(model, kv[v[2]], trees[n], args.prefix, 8)
+            one_pass(n, v)
         for _ in range(args.rounds):
             for n, v in samples:
                 setup(v)
                 sync()
                 tic = time.perf_counter()
-                _pass(model, kv[v[2]], trees[n], args.prefix, 8)
+                one_pass(n, v)
                 sync()
                 samples[(n, v)].append(time.perf_counter() - tic)
-    print(f"verify pass vs tree size: {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
-          f"{args.prefix} cached tokens, {args.rounds} interleaved rounds; T1 = the plain 1-token pass "
-          f"of the first variant")
-    base = (1, variants[0])
-    base_med = statistics.median(samples[base]) if base in samples else None
-    base_min = min(samples[base]) if base in samples else None
-    print(f"{'n':>5} {'prepack':>8} {'attention':>10} {'cache':>8} {'median ms':>10} {'min ms':>8} "
-          f"{'med/T1':>7} {'min/T1':>7}")
-    for (n, (pack, attn, kind)), times in samples.items():
-        med, low = statistics.median(times) * 1e3, min(times) * 1e3
-        r_med = f"{med / (base_med * 1e3):7.2f}" if base_med else "      -"
-        r_min = f"{low / (base_min * 1e3):7.2f}" if base_min else "      -"
-        print(f"{n:>5} {pack:>8} {attn:>10} {kind:>8} {med:>10.1f} {low:>8.1f} {r_med} {r_min}")
+    load_after = os.getloadavg()
+    capability = torch.backends.cpu.get_cpu_capability() if args.device == "cpu" else args.device
+    print(f"verify pass vs tree size: {Path(str(model.config._name_or_path)).name}, {args.device} {args.dtype}, "
+          f"{torch.get_num_threads()} threads, CPU {cpu_name()} ({capability}), {args.prefix} cached tokens, "
+          f"{args.rounds} interleaved rounds; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
+          f"({os.cpu_count()} CPUs)")
+    med = {k: statistics.median(t) * 1e3 for k, t in samples.items()}
+    low = {k: min(t) * 1e3 for k, t in samples.items()}
+    head = f"{'n':>4}"
+    for v in variants:
+        head += f" {v + ' med':>18} {'min':>7} {'/T(1)':>6}"
+    if "hf" in variants and "ours" in variants:
+        head += f" {'T/T_hf med':>10} {'min':>6}"
+    print(head)
+    for n in sizes:
+        row = f"{n:>4}"
+        for v in variants:
+            one = (sizes[0], v)
+            row += f" {med[(n, v)]:>18.1f} {low[(n, v)]:>7.1f} {low[(n, v)] / low[one]:>6.2f}"
+        if "hf" in variants and "ours" in variants:
+            row += f" {med[(n, 'ours')] / med[(n, 'hf')]:>10.2f} {low[(n, 'ours')] / low[(n, 'hf')]:>6.2f}"
+        print(row)
+    print("(ms; /T(1) is each variant's minimum over its own minimum at the smallest size)")
+    if "hf" in variants and "ours" in variants and {1, 8, 16} <= set(sizes):
+        checks = [("T(1) <= 0.8 T_hf(1)", low[(1, "ours")] / low[(1, "hf")], 0.8),
+                  ("T(8) <= 1.4 T(1)", low[(8, "ours")] / low[(1, "ours")], 1.4),
+                  ("T(16) <= 1.8 T(1)", low[(16, "ours")] / low[(1, "ours")], 1.8)]
+        print("targets (minima): " + "; ".join(f"{name}: {value:.2f} {'met' if value <= bound else 'NOT met'}"
+                                              for name, value, bound in checks))
     for item in args.mat:
         c, mat = item.split("=")
         c, mat = int(c), float(mat)
         for v in variants:
-            if (c, v) in samples and base_min:
-                t = samples[(c, v)]
-                print(f"capacity {c}, prepack {v[0]}, {v[1]}, {v[2]} cache: MAT {mat:.2f} -> predicted "
-                      f"speedup over one-token decoding {mat * base_min / min(t):.2f}x (min) / "
-                      f"{mat * base_med / statistics.median(t):.2f}x (median)")
+            if (c, v) in low and (1, v) in low:
+                print(f"capacity {c}, {v}: MAT {mat:.2f} -> predicted speedup over its own one-token decoding "
+                      f"{mat * low[(1, v)] / low[(c, v)]:.2f}x (min)")
+                if v != "hf" and (1, "hf") in low:
+                    print(f"capacity {c}, {v}: predicted speedup over stock one-token decoding "
+                          f"{mat * low[(1, 'hf')] / low[(c, v)]:.2f}x (min)")
+
 
 if __name__ == "__main__":
     main()

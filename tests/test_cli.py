@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from models import single_thread, tiny_model  # noqa: F401
 from racer_ref import cli
@@ -39,11 +40,14 @@ def test_entry_point_is_declared():
 def test_parser_defaults_and_choices():
     args = cli.build_parser().parse_args(["generate", "hi"])
     assert (args.method, args.capacity, args.max_new_tokens, args.temperature, args.baseline) == \
-        ("racer", 64, 128, 0.0, "hf-greedy")
+        ("racer", None, 128, 0.0, "hf-greedy")  # None: the device's default, resolved at load
+    cpu, gpu = type("M", (), {"device": torch.device("cpu")})(), type("M", (), {"device": torch.device("cuda")})()
+    assert (cli.default_capacity(None, cpu), cli.default_capacity(None, gpu), cli.default_capacity(8, cpu)) == \
+        ("auto", 64, 8)
     args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
                                           "--capacity", "auto", "--limit", "3"])
     assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")
-    assert args.prepack == "auto"
+    assert args.cpu_kernels == "auto"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -105,18 +109,22 @@ def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     assert all(r["matches_ar"] and r["new_tokens"] == 6 for r in rows)
     assert printed == (out / "summary.md").read_text() + "\n"
     assert "| `racer` | 2 | 12 |" in printed and f"- source: {questions}" in printed
-    # --prepack auto (the default) packed the tiny Llama's 15 linear layers where MKL allows
-    import torch
+    # --cpu-kernels auto (the default) routed the tiny Llama's 15 linear layers where packed kernels exist
+    from racer_ref.speedups.cpu_kernels import available_kernels
 
-    packed = 15 if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") else 0
-    assert json.loads((out / "meta.json").read_text())["prepacked_linears"] == packed
-    assert f"- prepacked linears: {packed}" in printed
+    routed = 15 if len(available_kernels()) > 1 else 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["routed_linears"] == routed and f"- routed linears: {routed}" in printed
+    assert meta["cpu_kernels"]["fast_forward"] is True and len(meta["load_average"]) == 3
+    if routed:
+        assert set(meta["cpu_kernels"]["choice"]) == {"layers", "lm_head"} and "- cpu kernels (" in printed
     # --attn auto (the default): the tiny Llama groups its 4 query heads over 2 key/value heads
     assert json.loads((out / "meta.json").read_text())["attn_implementation"] == "sdpa_gqa"
-    assert cli.main(argv[:-3] + ["--out", str(tmp_path / "off"), "--prepack", "off", "--attn", "sdpa",
+    assert cli.main(argv[:-3] + ["--out", str(tmp_path / "off"), "--cpu-kernels", "off", "--attn", "sdpa",
                               "--no-progress"]) == 0
     capsys.readouterr()
-    assert json.loads((tmp_path / "off" / "meta.json").read_text())["prepacked_linears"] == 0
+    assert json.loads((tmp_path / "off" / "meta.json").read_text())["routed_linears"] == 0
+    assert json.loads((tmp_path / "off" / "meta.json").read_text())["cpu_kernels"] is None
     assert json.loads((tmp_path / "off" / "meta.json").read_text())["attn_implementation"] == "sdpa"
     assert all(json.loads(line)["matches_ar"] for line in (tmp_path / "off" / "results.jsonl").read_text().splitlines())
     assert cli.main(["summarize", str(out), "--no-plots"]) == 0

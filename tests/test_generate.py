@@ -20,7 +20,7 @@ from transformers import DynamicCache
 import racer_ref.decoding as decoding_module
 from models import KINDS, OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
-from racer_ref.decoding import METHODS, TIMING_KEYS, clip_draft_tree, generate
+from racer_ref.decoding import DEFAULT_CPU_CAPACITY, METHODS, TIMING_KEYS, clip_draft_tree, generate
 
 VOCAB = 128
 NEW = 40
@@ -132,7 +132,7 @@ def test_repeated_passage_mostly_accepted_and_broken_mask_or_cache_fail():
     kind, prompt = "llama", PROMPTS["repetitive"]
     truth = list(reference(kind, "repetitive"))
     assert len(set(truth)) >= 8  # not a constant stream: wrong logits would show
-    good = generate(model(kind), None, prompt, max_new_tokens=NEW)
+    good = generate(model(kind), None, prompt, max_new_tokens=NEW, capacity=64)  # the paper's tree
     assert good.token_ids == truth
     drafted_accepted = sum(good.accepted_lengths) / (len(truth) - 1)  # share of tokens that were drafts
     assert good.mean_accepted_tokens >= 3.0 and drafted_accepted >= 0.6
@@ -153,7 +153,7 @@ def test_repeated_passage_mostly_accepted_and_broken_mask_or_cache_fail():
         with pytest.MonkeyPatch.context() as mp:
             target = verify_module if name == "tree_attention_bias" else decoding_module
             mp.setattr(target, name, broken)
-            bad = generate(model(kind), None, prompt, max_new_tokens=NEW)
+            bad = generate(model(kind), None, prompt, max_new_tokens=NEW, capacity=64)
         assert bad.token_ids != truth or bad.mean_accepted_tokens < good.mean_accepted_tokens / 2, name
 
 
@@ -343,7 +343,7 @@ def test_two_calls_on_one_object_equal_fresh_objects():
     assert (a1.token_ids, a1.accepted_lengths) == (a2.token_ids, a2.accepted_lengths)
     assert (b1.token_ids, b1.accepted_lengths) == (b2.token_ids, b2.accepted_lengths)
     # shared mode: one drafter across calls stays lossless; after reset() it is fresh again
-    shared = Drafter("racer", vocab_size=VOCAB)
+    shared = Drafter("racer", vocab_size=VOCAB, capacity=DEFAULT_CPU_CAPACITY)  # generate()'s on a CPU
     s1 = generate(m, None, PROMPTS["random-a"], max_new_tokens=NEW, drafter=shared)
     s2 = generate(m, None, PROMPTS["repetitive"], max_new_tokens=NEW, drafter=shared)
     assert s1.token_ids == a1.token_ids and s2.token_ids == b1.token_ids
@@ -413,6 +413,9 @@ def bad_calls():
         (TypeError, "prompt", dict(model=m, prompt=3.5)),
         (ValueError, "max_new_tokens", dict(model=m, prompt=p, max_new_tokens=-1)),
         (ValueError, "capacity", dict(model=m, prompt=p, capacity=0)),
+        (TypeError, "capacity: expected an int", dict(model=m, prompt=p, capacity="fast")),
+        (ValueError, "capacity: 'auto' builds its own drafter",
+         dict(model=m, prompt=p, capacity="auto", drafter=Drafter("racer", vocab_size=VOCAB))),
         (ValueError, "breadth", dict(model=m, prompt=p, breadth=0)),
         (ValueError, "method", dict(model=m, prompt=p, method="medusa")),
         (ValueError, "temperature", dict(model=m, prompt=p, temperature=-1.0)),
@@ -665,3 +668,15 @@ def test_generation_config_settings_we_do_not_apply_are_warned_about():
             generate(m, None, PROMPTS["random-a"], max_new_tokens=4, temperature=1.0, seed=0)
     finally:
         m.generation_config = saved
+
+
+def test_capacity_defaults_to_the_devices_and_auto_is_lossless():
+    m = model("llama")
+    prompt = PROMPTS["repetitive"]
+    truth = list(reference("llama", "repetitive"))
+    default = generate(m, None, prompt, max_new_tokens=NEW)  # on a CPU: DEFAULT_CPU_CAPACITY
+    assert default.token_ids == truth and max(default.tree_sizes) <= DEFAULT_CPU_CAPACITY == 16
+    paper = generate(m, None, prompt, max_new_tokens=NEW, capacity=64)
+    assert paper.token_ids == truth and max(paper.tree_sizes) > 16
+    auto = generate(m, None, prompt, max_new_tokens=NEW, capacity="auto")
+    assert auto.token_ids == truth and max(auto.tree_sizes) <= 64

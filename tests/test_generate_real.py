@@ -52,3 +52,26 @@ def test_default_model_racer_equals_greedy(default_model, name):
         # the repeated passage is drafted by retrieval and accepted in long blocks
         assert result.mean_accepted_tokens >= 4.0
         assert PASSAGE.startswith(result.text.strip())
+
+
+def test_default_model_with_cpu_kernels_equals_stock_greedy(default_model):
+    """The measured CPU kernels and the direct forward keep greedy tokens equal to stock
+    transformers' on the real model (fp32: identical except at float near-ties, none here)."""
+    from racer_ref.speedups.cpu_kernels import speed_up_model, stock_path
+
+    model, tokenizer = default_model
+    expected = {name: greedy(model, tokenizer, prompt) for name, prompt in PROMPTS.items()}
+    handle = speed_up_model(model, enabled=True, rounds=1, budget_s=1.0)
+    try:
+        assert handle.layers and handle.fast_forward is not None
+        for name, prompt in PROMPTS.items():
+            for method in ("racer", "ar"):
+                result = generate(model, tokenizer, prompt, max_new_tokens=NEW, method=method)
+                assert result.token_ids == expected[name], (name, method)
+            with stock_path(model):  # the stock path really is stock: model.generate as before
+                assert greedy(model, tokenizer, prompt) == expected[name]
+        assert handle.fast_forward.calls > 0
+    finally:
+        handle.fast_forward.restore()
+        handle.restore()
+        del model.racer_cpu_kernels

@@ -109,23 +109,32 @@ print("\n" + result.text)
 
 # --8<-- [start:bench]
 # A small benchmark: plain greedy decoding through the same loop ("ar"), then RACER with a
-# small and the paper's capacity. Same prompts, same machine; a warm-up run first.
+# small and the paper's capacity. Same prompts, same machine; a warm-up run first. The methods
+# take turns in two rounds and each keeps its faster run, so that load from other programs
+# (which comes and goes) hits them alike.
 racer_ref.generate(model, tokenizer, prompt_ids["prose"], max_new_tokens=8, method="ar")
 RUNS = [("ar", 1), ("racer", 16), ("racer", 64)]
 rows = {}
+for _ in range(2):
+    for name, ids in prompt_ids.items():
+        for method, capacity in RUNS:
+            tic = time.perf_counter()
+            r = racer_ref.generate(model, tokenizer, ids, max_new_tokens=64, method=method, capacity=capacity)
+            seconds = time.perf_counter() - tic
+            if (name, method, capacity) not in rows or seconds < rows[name, method, capacity][1]:
+                rows[name, method, capacity] = (r, seconds)
 print("\n── 4. Benchmark: 64 new tokens per prompt, CPU, 2 threads, fp32, greedy")
 print("  prompt  method (capacity)   steps   MAT   tokens/s   speedup   identical to ar")
-for name, ids in prompt_ids.items():
-    for method, capacity in RUNS:
-        tic = time.perf_counter()
-        r = racer_ref.generate(model, tokenizer, ids, max_new_tokens=64, method=method, capacity=capacity)
-        seconds = time.perf_counter() - tic
-        rows[name, method, capacity] = (r, seconds)
-        base, base_seconds = rows[name, "ar", 1]
-        speed = len(r.token_ids) / seconds
-        speedup = base_seconds / len(base.token_ids) / (seconds / len(r.token_ids))
-        print(f"  {name:6}  {method + f' ({capacity})':18} {r.steps:6} {r.mean_accepted_tokens:5.2f} "
-              f"{speed:10.1f} {speedup:8.2f}x   {r.token_ids == base.token_ids}")
+for (name, method, capacity), (r, seconds) in rows.items():
+    base, base_seconds = rows[name, "ar", 1]
+    speed = len(r.token_ids) / seconds
+    speedup = base_seconds / len(base.token_ids) / (seconds / len(r.token_ids))
+    print(f"  {name:6}  {method + f' ({capacity})':18} {r.steps:6} {r.mean_accepted_tokens:5.2f} "
+          f"{speed:10.1f} {speedup:8.2f}x   {r.token_ids == base.token_ids}")
+    # A step yields MAT tokens and costs at least one "ar" pass: a higher speedup than the MAT
+    # means the machine's load changed between the runs, not that RACER got faster.
+    if speedup > r.mean_accepted_tokens * 1.05:
+        print(f"  (speedup above the MAT: a measurement error on a busy machine; rerun when it is quiet)")
 same = all(r.token_ids == rows[name, "ar", 1][0].token_ids for (name, _, _), (r, _) in rows.items())
 print(f"  racer output identical to ar: {same}")
 assert same

@@ -272,7 +272,7 @@ def bench_results() -> str:
                 `--out` folder into `docs/data/bench/<set>/`; this section and the plot
                 below are drawn from them at build time.
             """)
-    keys = ["model", "device", "cpu", "torch_threads", "prepacked_linears", "dtype", "attn_implementation",
+    keys = ["model", "device", "cpu", "torch_threads", "prepacked_linears", "routed_linears", "load_average", "dtype", "attn_implementation",
             "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "torch",
             "transformers", "date"]
     parts = []

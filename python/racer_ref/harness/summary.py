@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from racer_ref.metrics import mean_accepted_tokens
 
@@ -89,6 +89,30 @@ def speedup(rows: Sequence[Dict[str, Any]], method: str, baseline: str,
     return mb.s_per_token / ma.s_per_token
 
 
+#: Slack allowed above the MAT before a speedup over ``ar`` counts as a measurement error.
+IMPLAUSIBLE_SLACK = 0.05
+
+
+def implausible_speedups(rows: Sequence[Dict[str, Any]]) -> List[Tuple[str, float, float]]:
+    """``(method, speedup over ar, MAT)`` for every method whose speedup over our own ``ar``
+    exceeds its MAT by more than :data:`IMPLAUSIBLE_SLACK`.
+
+    A step of a drafting method yields MAT tokens on average and costs at least a one-token
+    pass of ``ar`` (same kernels, same loop), so its speedup over ``ar`` cannot exceed its MAT:
+    a larger figure means the machine's load changed between the timed runs. Such a run is
+    not a figure to quote or commit.
+    """
+    out = []
+    for m in dict.fromkeys(r["method"] for r in rows):
+        if m in ("ar", "hf-greedy", "hf-pld"):
+            continue
+        agg = aggregate(r for r in rows if r["method"] == m)
+        sp = speedup(rows, m, "ar")
+        if agg.mat == agg.mat and sp == sp and sp > agg.mat * (1 + IMPLAUSIBLE_SLACK):
+            out.append((m, sp, agg.mat))
+    return out
+
+
 def _fmt(x: float, digits: int = 2, suffix: str = "") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}{suffix}"
 
@@ -134,4 +158,10 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
         if "hf-greedy" in methods:
             parts.append("### Speedup over `hf-greedy` per category (token-weighted)\n\n"
                          + _table(head, sph_rows))
+    flagged = implausible_speedups(rows)
+    if flagged:
+        parts.insert(0, "!!! warning \"Timing figures not to be trusted\"\n    " + "; ".join(
+            f"`{m}` runs {sp:.2f}x over `ar` with MAT {mat:.2f}" for m, sp, mat in flagged)
+            + ": a speedup over `ar` above the MAT is a measurement error (the machine's load changed "
+            "during the run). Rerun on a quiet machine before quoting any wall-clock figure of this run.")
     return "\n\n".join(parts) + "\n"

@@ -10,9 +10,10 @@ part of a step cheaper and says where it plugs in:
 * :mod:`racer_ref.speedups.attention`: grouped-query tree attention without copying the
   KV cache per query head (CPU). Plugs in as a transformers attention implementation
   (``use_sdpa_gqa(model)``, ``racer-ref --attn``).
-* :mod:`racer_ref.speedups.prepack`: linear weights packed once for MKL, so that verify
-  passes of a few tokens skip the per-call packing (CPU fp32). Plugs in on the model
-  (``prepack_linear_weights(model)``, ``racer-ref --prepack``).
+* :mod:`racer_ref.speedups.cpu_kernels`: on a CPU, the linear kernels (PyTorch's stock,
+  oneDNN prepacked, MKL packed) timed on the loaded model and chosen per call shape, and a
+  direct forward for Llama-like models without transformers' per-layer overhead. Plugs in on
+  the model (``speed_up_model(model)``, ``racer-ref --cpu-kernels``).
 * :mod:`racer_ref.speedups.capacity`: ``--capacity auto``, a drafter wrapper that picks the
   draft-tree capacity giving the most tokens per second. Plugs in as the ``drafter=``
   argument of ``generate()`` (it wraps a ``racer_ref.Drafter``).

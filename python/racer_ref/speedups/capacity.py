@@ -178,7 +178,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     import torch
 
     from racer_ref.speedups.kv_cache import growing_cache
-    from racer_ref.speedups.prepack import prepacked_layer_count
+    from racer_ref.speedups.cpu_kernels import routed_layer_count
     from racer_ref.verify import forward_prompt
 
     sizes = sorted({int(s) for s in sizes})
@@ -188,7 +188,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
         raise ValueError("repeats and prefix_length: expected integers >= 1")
     # What changes the cost of a pass: the model, where and how it runs, what is measured.
     key = (id(model), str(model.device), str(model.dtype), getattr(model.config, "_attn_implementation", None),
-           prepacked_layer_count(model), tuple(sizes), prefix_length, repeats)
+           routed_layer_count(model), _kernel_state(model), tuple(sizes), prefix_length, repeats)
     if use_cache and key in _PROFILES:
         return dict(_PROFILES[key])
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -221,6 +221,15 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     out = {n: min(fastest[i:]) for i, n in enumerate(sizes)}
     _PROFILES[key] = dict(out)
     return out
+
+
+def _kernel_state(model: Any) -> Any:
+    """What of racer_ref.speedups.cpu_kernels is switched on now (it changes a pass's cost)."""
+    handle = getattr(model, "racer_cpu_kernels", None)
+    if handle is None:
+        return None
+    fast = getattr(handle, "fast_forward", None)
+    return (handle.enabled, repr(handle.choice), fast is not None and fast.enabled)
 
 
 def _pass(model: Any, cache: Any, tree: DraftTree, prefix_length: int, k: int) -> None:
