@@ -309,7 +309,7 @@ def bench_headline() -> str:
 
     if str(ROOT / "python") not in sys.path:
         sys.path.insert(0, str(ROOT / "python"))
-    from racer_ref.bench import aggregate, read_results, speedup
+    from racer_ref.harness.summary import aggregate, read_results, speedup
 
     rows_out = []
     for run in sorted(p.parent for p in BENCH_DATA.glob("*/results.jsonl")):
