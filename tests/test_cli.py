@@ -43,7 +43,7 @@ def test_parser_defaults_and_choices():
         ("racer", None, 128, 0.0, "hf-greedy")  # None: the device's default, resolved at load
     cpu, gpu = type("M", (), {"device": torch.device("cpu")})(), type("M", (), {"device": torch.device("cuda")})()
     assert (cli.default_capacity(None, cpu), cli.default_capacity(None, gpu), cli.default_capacity(8, cpu)) == \
-        ("auto", 64, 8)
+        (16, 64, 8)
     args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
                                           "--capacity", "auto", "--limit", "3"])
     assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")

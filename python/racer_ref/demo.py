@@ -199,7 +199,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
     Args:
         model, tokenizer: default: the default model on CUDA if available, else CPU fp32.
         max_new_tokens: per prompt.
-        capacity: RACER's capacity; default 64 on CUDA, ``"auto"`` elsewhere.
+        capacity: RACER's capacity; default 64 on CUDA, 16 elsewhere (as ``generate()``).
         prompts: ``(label, text)`` pairs (chat template applied).
         console: a rich ``Console`` (default: stdout).
 
@@ -227,7 +227,9 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
         use_sdpa_gqa(model)
         speed_up_model(model)  # CPU only: the measured linear kernels and the direct forward
     if capacity is None:
-        capacity = 64 if model.device.type == "cuda" else "auto"
+        from racer_ref.decoding import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
+
+        capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
     encoded = [encode_prompt(tokenizer, text, chat=True) for _, text in prompts]
     console.print("warming up...")
