@@ -12,6 +12,17 @@ import numpy as np
 from racer_ref.harness.summary import METHODS, aggregate, speedup
 
 
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> str:
+    """Title, lay out, write (120 dpi) and close one figure; return its file name."""
+    import matplotlib.pyplot as plt
+
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path.name
+
 def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
                 methods: Optional[Sequence[str]] = None) -> List[str]:
     """``mat_per_category.png``, ``speedup.png``, ``accepted_lengths.png`` (matplotlib, Agg).
@@ -44,11 +55,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
     ax.set_ylabel("MAT (tokens per step)")
     ax.axhline(1.0, color="#888888", lw=0.8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Mean accepted tokens per step")
-    fig.tight_layout()
-    fig.savefig(out / "mat_per_category.png", dpi=120)
-    plt.close(fig)
-    written.append("mat_per_category.png")
+    written.append(_save(fig, ax, "Mean accepted tokens per step", out / "mat_per_category.png"))
 
     # 2. Speedup per method over ar and over hf-greedy.
     baselines = [b for b in ("ar", "hf-greedy") if b in methods]
@@ -69,11 +76,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
         ax.set_xticklabels(methods, rotation=20, ha="right")
         ax.set_ylabel("speedup (token-weighted)")
         ax.legend(fontsize=8)
-        ax.set_title("Wall-clock speedup")
-        fig.tight_layout()
-        fig.savefig(out / "speedup.png", dpi=120)
-        plt.close(fig)
-        written.append("speedup.png")
+        written.append(_save(fig, ax, "Wall-clock speedup", out / "speedup.png"))
 
     # 3. Histogram of tokens per step (a + 1) per method.
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -92,9 +95,5 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
     ax.set_xticks(bins[:-1])
     ax.set_ylabel("fraction of steps")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Accepted lengths")
-    fig.tight_layout()
-    fig.savefig(out / "accepted_lengths.png", dpi=120)
-    plt.close(fig)
-    written.append("accepted_lengths.png")
+    written.append(_save(fig, ax, "Accepted lengths", out / "accepted_lengths.png"))
     return written
