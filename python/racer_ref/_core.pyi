@@ -76,8 +76,8 @@ import numpy as np
 MAX_CAPACITY: int
 
 #: tokens (n,) int64, parents (n,) int64, depths (n,) int64, attention_mask (n, n) bool,
-#: retrieve_indices (num_leaves, max_depth + 1) int64, sources (n,) uint8.
-DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: retrieve_indices None (``DraftTree`` computes it on first read), sources (n,) uint8.
+DraftTreeArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, None, np.ndarray]
 
 class CopyLogitTable:
     """Dense ``[vocab_size, k]`` copy-logit table with a per-row seen flag (docs/explanation/spec.md

@@ -131,9 +131,9 @@ pub enum Insert {
 /// assert_eq!(f.depths, vec![0, 1, 1, 2]);
 /// // Row 3 of the mask: node 3 sees itself, its parent 1 and the root.
 /// assert_eq!(&f.attention_mask[12..16], &[true, true, false, true]);
-/// // One row per leaf (nodes 2 and 3, in BFS order), padded with -1.
-/// assert_eq!((f.num_leaves, f.width), (2, 3));
-/// assert_eq!(f.retrieve_indices, vec![0, 2, -1, 0, 1, 3]);
+/// // One row per leaf (nodes 2 and 3, in BFS order), padded with -1: computed on
+/// // demand, since the verification loop never reads it.
+/// assert_eq!(f.retrieve_indices(), (vec![0, 2, -1, 0, 1, 3], 2, 3));
 /// # Ok::<(), racer_ref::error::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -146,13 +146,6 @@ pub struct FlatTree {
     pub depths: Vec<i64>,
     /// `(n, n)` row-major tree attention mask: `[i, j]` iff j is i or an ancestor of i.
     pub attention_mask: Vec<bool>,
-    /// `(num_leaves, width)` row-major root-to-leaf node indices, padded with -1; leaves
-    /// in breadth-first order.
-    pub retrieve_indices: Vec<i64>,
-    /// Rows of `retrieve_indices`: the number of leaves.
-    pub num_leaves: usize,
-    /// Columns of `retrieve_indices`: `max_depth + 1`.
-    pub width: usize,
     /// `(n,)` the `SOURCE_*` value of each node (retrieval, logits, both; the root 0).
     pub sources: Vec<u8>,
 }
@@ -167,6 +160,38 @@ impl FlatTree {
     /// draft tree holds at least its root), true only for `FlatTree::default()`.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+
+    /// `retrieve_indices`, row-major, with its shape: one row per root-to-leaf path,
+    /// leaves in breadth-first order, node indices from the root down, padded with -1.
+    /// Returns `(values, num_leaves, width)` with `width = max_depth + 1`.
+    ///
+    /// Not part of the drafting hot path: the verification loop walks the tree from the
+    /// root and never needs it, so it is computed here, on demand (as the Python
+    /// `DraftTree.retrieve_indices` is). Empty for an empty tree.
+    pub fn retrieve_indices(&self) -> (Vec<i64>, usize, usize) {
+        let n = self.len();
+        if n == 0 {
+            return (Vec::new(), 0, 0);
+        }
+        // A node is a leaf when no node names it as parent.
+        let mut is_leaf = vec![true; n];
+        for &p in &self.parents[1..] {
+            is_leaf[p as usize] = false;
+        }
+        let num_leaves = is_leaf.iter().filter(|&&leaf| leaf).count();
+        let width = *self.depths.iter().max().unwrap_or(&0) as usize + 1;
+        let mut values = vec![-1; num_leaves * width];
+        let leaves = (0..n).filter(|&i| is_leaf[i]);
+        for (row, leaf) in leaves.enumerate() {
+            // Walk up from the leaf: column d holds the ancestor at depth d.
+            let mut j = leaf as i64;
+            for d in (0..=self.depths[leaf] as usize).rev() {
+                values[row * width + d] = j;
+                j = self.parents[j as usize];
+            }
+        }
+        (values, num_leaves, width)
     }
 }
 
@@ -465,8 +490,6 @@ impl TreeBuilder {
         f.parents.clear();
         f.depths.clear();
         f.sources.clear();
-        let mut num_leaves = 0;
-        let mut max_depth = 0;
         for &u in order.iter() {
             let node = &nodes[u as usize];
             f.tokens.push(node.token as i64);
@@ -477,9 +500,6 @@ impl TreeBuilder {
             });
             f.depths.push(node.depth as i64);
             f.sources.push(node.source);
-            // A leaf ends one root-to-leaf path: one row of retrieve_indices.
-            num_leaves += (node.first_child == NONE) as usize;
-            max_depth = max_depth.max(node.depth as usize);
         }
         // Attention mask: row i = row parent(i) + i. Ancestors of i all precede its parent
         // p, so only the first p + 1 entries of row p need copying.
@@ -492,25 +512,6 @@ impl TreeBuilder {
             }
             f.attention_mask[i * n + i] = true;
         }
-        // One row per leaf, leaves in BFS order, filled from the leaf up.
-        let width = max_depth + 1;
-        f.retrieve_indices.clear();
-        f.retrieve_indices.resize(num_leaves * width, -1);
-        let mut row = 0;
-        for (i, &u) in order.iter().enumerate() {
-            if nodes[u as usize].first_child != NONE {
-                continue;
-            }
-            // Walk up from the leaf: column d holds the ancestor at depth d, the rest stays -1.
-            let mut j = i as i64;
-            for d in (0..=f.depths[i] as usize).rev() {
-                f.retrieve_indices[row * width + d] = j;
-                j = f.parents[j as usize];
-            }
-            row += 1;
-        }
-        f.num_leaves = num_leaves;
-        f.width = width;
         &self.flat
     }
 }
@@ -609,9 +610,10 @@ mod tests {
         let leaves: Vec<usize> = (0..n)
             .filter(|&i| !f.parents.contains(&(i as i64)))
             .collect();
-        assert_eq!(leaves.len(), f.num_leaves);
+        let (paths, num_leaves, width) = f.retrieve_indices();
+        assert_eq!(leaves.len(), num_leaves);
         for (r, &leaf) in leaves.iter().enumerate() {
-            let row = &f.retrieve_indices[r * f.width..(r + 1) * f.width];
+            let row = &paths[r * width..(r + 1) * width];
             let d = f.depths[leaf] as usize;
             assert_eq!(row[d], leaf as i64);
             assert_eq!(row[0], 0);
@@ -623,7 +625,7 @@ mod tests {
     }
 
     fn depth_counts(f: &FlatTree) -> Vec<usize> {
-        let mut c = vec![0; f.width];
+        let mut c = vec![0; *f.depths.iter().max().unwrap() as usize + 1];
         for &d in &f.depths {
             c[d as usize] += 1;
         }
@@ -683,8 +685,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            f.retrieve_indices,
-            vec![0, 2, -1, 0, 3, -1, 0, 1, 4, 0, 1, 5]
+            f.retrieve_indices(),
+            (vec![0, 2, -1, 0, 3, -1, 0, 1, 4, 0, 1, 5], 4, 3)
         );
         // capacity 4: retrieval takes 4 nodes; logits adds nothing and marks nothing.
         let f = build_draft_tree(0, 4, &paths, Some(&t), None).unwrap();
@@ -722,7 +724,7 @@ mod tests {
     fn root_only_and_truncated_retrieval() {
         let f = build_draft_tree(5, 1, &[vec![5u32, 6, 7]], None, None).unwrap();
         assert_eq!(f.tokens, vec![5]);
-        assert_eq!(f.retrieve_indices, vec![0]);
+        assert_eq!(f.retrieve_indices(), (vec![0], 1, 1));
         assert_eq!(f.attention_mask, vec![true]);
         let f = build_draft_tree(5, 2, &[vec![5u32, 6, 7], vec![5, 8]], None, None).unwrap();
         assert_eq!(f.tokens, vec![5, 6]);

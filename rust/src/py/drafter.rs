@@ -147,16 +147,15 @@ fn int_array<'py>(
     }
 }
 
-/// The six arrays of a `DraftTree`, in field order: tokens, parents, depths,
-/// attention_mask, retrieve_indices, sources. Each is a fresh numpy array with the values
-/// copied in (for arrays this small one copy is cheaper than handing over a Rust buffer,
-/// and it lets the builder reuse its buffers).
+/// The six fields of a `DraftTree`, in order: tokens, parents, depths, attention_mask,
+/// retrieve_indices, sources. Each array is a fresh numpy array with the values copied in
+/// (for arrays this small one copy is cheaper than handing over a Rust buffer, and it
+/// lets the builder reuse its buffers). `retrieve_indices` is `None`: the loop never
+/// reads it, and `DraftTree` computes it on first read.
 fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple>> {
     let n = f.len();
     let shape_error = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
     let mask = ArrayView2::from_shape((n, n), &f.attention_mask).map_err(shape_error)?;
-    let ri = ArrayView2::from_shape((f.num_leaves, f.width), &f.retrieve_indices)
-        .map_err(shape_error)?;
     PyTuple::new(
         py,
         [
@@ -164,7 +163,7 @@ fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple
             PyArray1::from_slice(py, &f.parents).into_any(),
             PyArray1::from_slice(py, &f.depths).into_any(),
             mask.to_pyarray(py).into_any(),
-            ri.to_pyarray(py).into_any(),
+            py.None().into_bound(py),
             PyArray1::from_slice(py, &f.sources).into_any(),
         ],
     )
