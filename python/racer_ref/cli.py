@@ -330,8 +330,9 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
     meta = {"source": source, "per_category": args.per_category, "limit": args.limit,
             "command": "racer-ref " + shlex.join(getattr(args, "argv", None) or sys.argv[1:])}
     n_turns = sum(len(p.turns) for p in prompts) if args.turns == "all" else len(prompts)
-    print(f"{len(prompts)} prompts ({n_turns} generations, turns: {args.turns}) from {source}; methods {', '.join(args.methods)}; "
-          f"{args.device} {args.dtype}; writing to {args.out}", file=sys.stderr)
+    print(f"{len(prompts)} prompts ({n_turns} generations, turns: {args.turns}) from {source}; "
+          f"methods {', '.join(args.methods)}; {args.device} {args.dtype}; writing to {args.out}",
+          file=sys.stderr)
     try:
         run_bench(model, tokenizer, prompts, args.methods, args.out, max_new_tokens=args.max_new_tokens,
                   capacity=args.capacity, temperature=args.temperature, seed=args.seed,
