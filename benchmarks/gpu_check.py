@@ -131,7 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             part = prompts[start:start + chunk]
             run_bench(model, tokenizer, part, list(BENCH_METHODS), out / f"{name}-{start}",
                       max_new_tokens=8 if args.dry_run else 128, capacity=args.capacity,
-                      warmup=start == 0, progress=False,
+                      warmup=start == 0, progress=False, turns="first",
                       meta={"source": f"{name} (gpu_check)"}, plots=False)
             rows += read_results(out / f"{name}-{start}")
             done += part

@@ -525,3 +525,183 @@ def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):
             assert f"| bench | {name} (2) | `{method}` | 2 |" in table
         assert len(S.read_results(tmp_path / "o" / name)) == 2 * len(module.BENCH_METHODS)
     assert "CUT" not in table
+
+
+# ----------------------------------------------------------------------------- the protocol: turns, state, warm-up
+
+
+TWO_TURNS = [
+    Prompt("q1", "writing", "Write one line about cats.", follow_ups=("Now the same about dogs.",)),
+    Prompt("q2", "translation", "Translate: le chat."),
+    Prompt("q3", "roleplay", "Pretend to be a pirate.", follow_ups=("What is your ship called?",)),
+]
+
+
+def _record_runs(monkeypatch):
+    """Wrap MethodRunner.run to record (method, prompt ids, max_new_tokens) of every call."""
+    calls = []
+    original = B.MethodRunner.run
+
+    def run(self, method, prompt_ids, max_new_tokens=None, **kwargs):
+        calls.append((method, list(prompt_ids), max_new_tokens))
+        return original(self, method, prompt_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+    monkeypatch.setattr(B.MethodRunner, "run", run)
+    return calls
+
+
+def test_two_turn_questions_ask_turn_two_after_ars_answer(lm, tokenizer, tmp_path, monkeypatch):
+    from racer_ref.harness.datasets import answer_text, encode_conversation, encode_prompt
+
+    calls = _record_runs(monkeypatch)
+    methods = ["ar", "hf-greedy", "racer"]
+    rows = B.run_bench(lm, tokenizer, TWO_TURNS, methods, tmp_path, max_new_tokens=10, capacity=8,
+                       progress=False, warmup=1, warmup_tokens=4)
+    # Two generations per method for each two-turn question, one for the one-turn prompt.
+    assert len(rows) == (2 + 1 + 2) * len(methods)
+    assert [(r["prompt_id"], r["turn"]) for r in rows[:: len(methods)]] == [
+        ("q1", 1), ("q1", 2), ("q2", 1), ("q3", 1), ("q3", 2)]
+    # The warm-up ran every method on both turns of the first question, with 4 new tokens.
+    warm = [c for c in calls if c[2] == 4]
+    assert calls[: len(warm)] == warm and sorted(c[0] for c in warm) == sorted(methods * 2)
+    timed = calls[len(warm):]
+    assert len(timed) == len(rows)
+    by_turn = {}
+    for method, ids, _ in timed:
+        by_turn.setdefault(len(ids), set()).add(method)
+    for prompt in (TWO_TURNS[0], TWO_TURNS[2]):
+        ar1 = next(r for r in rows if r["prompt_id"] == prompt.prompt_id and r["method"] == "ar" and r["turn"] == 1)
+        first_ids = encode_prompt(tokenizer, prompt.text)
+        assert ar1["prompt_tokens"] == len(first_ids)
+        # ar's token ids, rebuilt from the timed call for turn 1 (the rows keep the text).
+        expected = encode_conversation(tokenizer, prompt.turns, [ar1["text"].strip()])
+        seen = [ids for m, ids, _ in timed if ids[: len(first_ids)] == first_ids and len(ids) > len(first_ids)]
+        # Every method saw the same turn-2 prompt: turn 1's prompt, ar's answer, the follow-up.
+        assert len(seen) == len(methods) and all(ids == expected for ids in seen)
+        text = tokenizer.decode(expected)
+        assert ar1["text"].strip() in text and text.rstrip().endswith("assistant")
+        assert prompt.follow_ups[0] in text
+        two = [r for r in rows if r["prompt_id"] == prompt.prompt_id and r["turn"] == 2]
+        assert all(r["prompt_tokens"] == len(expected) and r["context_from"] == "ar" for r in two)
+        assert all(r["matches_ar"] is True and r["context_is_own_answer"] is True for r in two)
+        assert answer_text(tokenizer, tokenizer(ar1["text"])["input_ids"]) == ar1["text"].strip()
+    assert all(r["context_from"] is None and r["context_is_own_answer"] is None for r in rows if r["turn"] == 1)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert (meta["turns"], meta["context_method"], meta["n_prompts"], meta["n_generations"]) == ("all", "ar", 3, 5)
+    assert (meta["warmup_runs"], meta["warmup_tokens"], meta["drafter_state"]) == (1, 4, "per-request")
+    assert meta["multi_turn_prompts"] == 2
+    summary = (tmp_path / "summary.md").read_text()
+    assert "### Per turn" in summary and "- turns: all" in summary and "- warmup runs: 1" in summary
+    assert "| `ar` | 2 | 2 | 20 | 18 | 1.00 |" in summary  # ar's turn 2: 2 generations, 20 tokens
+    assert "| `racer` | all | 5 | 50 |" in summary
+    assert "| `racer` | 5 | 50 |" in summary  # overall: 5 generations
+
+
+def test_first_turn_only_keeps_one_generation_per_question(lm, tokenizer, tmp_path, monkeypatch):
+    calls = _record_runs(monkeypatch)
+    rows = B.run_bench(lm, tokenizer, TWO_TURNS, ["ar", "racer"], tmp_path, max_new_tokens=6, capacity=8,
+                       progress=False, warmup=False, turns="first")
+    assert [(r["prompt_id"], r["turn"]) for r in rows] == [(p.prompt_id, 1) for p in TWO_TURNS for _ in "ab"]
+    assert len(calls) == len(rows)
+    assert all("Now the same about dogs" not in tokenizer.decode(ids) for _, ids, _ in calls)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["turns"] == "first" and meta["context_method"] is None and meta["n_generations"] == 3
+    assert meta["warmup_runs"] == 0 and meta["warmup_tokens"] is None
+    assert "### Per turn" not in (tmp_path / "summary.md").read_text()
+
+
+def test_turn_two_context_comes_from_the_first_method_without_ar(lm, tokenizer, tmp_path, monkeypatch):
+    calls = _record_runs(monkeypatch)
+    rows = B.run_bench(lm, tokenizer, TWO_TURNS[:1], ["retrieval", "racer"], tmp_path, max_new_tokens=6,
+                       capacity=8, progress=False, warmup=False)
+    assert {r["context_from"] for r in rows if r["turn"] == 2} == {"retrieval"}
+    assert all(r["matches_ar"] is None for r in rows)
+    turn2 = [ids for _, ids, _ in calls[2:]]
+    assert len(turn2) == 2 and turn2[0] == turn2[1]
+    assert json.loads((tmp_path / "meta.json").read_text())["context_method"] == "retrieval"
+
+
+def test_shared_state_carries_every_turn_and_the_warm_up(lm, tokenizer, tmp_path):
+    # What a shared drafter knows at the end: every prompt and output it committed, warm-up
+    # included; per request no drafter outlives its generation.
+    prompts = [TWO_TURNS[1], TWO_TURNS[0]]  # the warm-up question has one turn
+    methods = ["ar", "retrieval", "racer"]
+    shared = B.run_bench(lm, tokenizer, prompts, methods, tmp_path / "shared", max_new_tokens=8, capacity=16,
+                         progress=False, warmup=2, warmup_tokens=5, drafter_state="shared")
+    fresh = B.run_bench(lm, tokenizer, prompts, methods, tmp_path / "fresh", max_new_tokens=8, capacity=16,
+                        progress=False, warmup=2, warmup_tokens=5)
+    assert all(r["matches_ar"] is True for r in shared + fresh)
+    meta = json.loads((tmp_path / "shared" / "meta.json").read_text())
+    warm_prompt = next(r["prompt_tokens"] for r in shared if r["prompt_id"] == "q2")
+    for method in ("retrieval", "racer"):
+        mine = [r for r in shared if r["method"] == method]
+        assert len(mine) == 3  # q2, q1 turn 1, q1 turn 2
+        committed = sum(r["prompt_tokens"] + r["new_tokens"] for r in mine) + 2 * (warm_prompt + 5)
+        assert meta["shared_drafters"][f"{method}@16"]["committed_tokens"] == committed
+        assert meta["shared_drafters"][f"{method}@16"]["automaton_nodes"] > 0
+    assert "shared_drafters" not in json.loads((tmp_path / "fresh" / "meta.json").read_text())
+    # The same generations, so the per-request tokens agree; the shared automaton has seen
+    # q2 (three times) and q1's first turn before q1's second turn: retrieval drafts there
+    # from more, and its trees differ.
+    key = lambda rows, m: [(r["prompt_id"], r["turn"], r["text"]) for r in rows if r["method"] == m]  # noqa: E731
+    assert key(shared, "racer") == key(fresh, "racer")
+    steps = lambda rows, m: [r["accepted_lengths"] for r in rows if r["method"] == m]  # noqa: E731
+    assert steps(shared, "retrieval") != steps(fresh, "retrieval")
+
+
+def test_protocol_options_are_checked_before_anything_is_written(lm, tokenizer, tmp_path):
+    for kwargs, message in [
+        (dict(turns="both"), r"turns: expected one of all, first, got 'both'"),
+        (dict(warmup=-1), r"warmup: expected a bool or an integer >= 0"),
+        (dict(warmup=1.5), r"warmup: expected a bool or an integer >= 0"),
+        (dict(warmup_tokens=0), r"warmup_tokens: expected an integer >= 1 or None"),
+        (dict(drafter_state="global"), r"drafter_state: expected one of per-request, shared"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            B.run_bench(lm, tokenizer, TWO_TURNS, ["ar"], tmp_path / "x", progress=False, **kwargs)
+    assert not (tmp_path / "x").exists()
+    assert B.parse_turns(" First ") == "first"
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--turns", "both"], "--turns"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--warmup", "two"], "--warmup"),
+    (["--warmup-tokens", "0"], "--warmup-tokens"),
+    (["--drafter-state", "global"], "--drafter-state"),
+])
+def test_bench_cli_names_the_bad_argument(argv, named, capsys):
+    from racer_ref.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--dataset", "specbench"] + argv)
+    err = capsys.readouterr().err
+    assert f"argument {named}:" in err
+
+
+def test_bench_cli_protocol_defaults_and_values():
+    from racer_ref.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--dataset", "specbench"])
+    assert (args.turns, args.warmup, args.warmup_tokens, args.drafter_state) == ("all", 1, 16, "per-request")
+    args = build_parser().parse_args(["bench", "--dataset", "specbench", "--turns", "first", "--warmup", "3",
+                                      "--warmup-tokens", "full", "--drafter-state", "shared"])
+    assert (args.turns, args.warmup, args.warmup_tokens, args.drafter_state) == ("first", 3, None, "shared")
+
+
+def test_speedups_and_mat_per_turn_from_rows(tmp_path):
+    # One question, two turns: rows of a turn pair only with the same turn of the baseline.
+    rows = [
+        _row("ar", "q", "w", 10, 1.0, [0] * 9), _row("ar", "q", "w", 10, 2.0, [0] * 9),
+        _row("racer", "q", "w", 10, 0.5, [1, 2, 0, 3]), _row("racer", "q", "w", 10, 0.5, [4, 4]),
+    ]
+    rows[1]["turn"] = rows[3]["turn"] = 2
+    assert S.speedup(rows, "racer", "ar", turn=1) == pytest.approx(2.0)
+    assert S.speedup(rows, "racer", "ar", turn=2) == pytest.approx(4.0)
+    assert S.speedup(rows, "racer", "ar") == pytest.approx(3.0)  # 3 s vs 1 s for 20 tokens each
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = B.summarize(tmp_path, plots=False)
+    assert "| `racer` | 1 | 1 | 10 | 4 | 2.50 | 20.0 | 2.00x | n/a |" in text
+    assert "| `racer` | 2 | 1 | 10 | 2 | 5.00 | 20.0 | 4.00x | n/a |" in text
+    assert "| `racer` | all | 2 | 20 | 6 | 3.33 | 20.0 | 3.00x | n/a |" in text
+    assert "| `racer` | 2 | 20 | 6 | 3.33 |" in text  # overall: 2 generations of one question

@@ -93,7 +93,7 @@ def test_generate_auto_capacity_against_our_own_greedy_loop(model_dir, capsys, m
 def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"question_id": 1, "category": "a", "turns": ["Say one thing.", "ignored"]},
+        {"question_id": 1, "category": "a", "turns": ["Say one thing.", "Now another."]},
         {"question_id": 2, "category": "a", "turns": ["Say two things."]},
         {"question_id": 3, "category": "b", "turns": ["Count to three."]},
     ]))
@@ -104,16 +104,20 @@ def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [(r["prompt_id"], r["method"]) for r in rows] == [
-        ("1", "ar"), ("1", "hf-greedy"), ("1", "racer"), ("3", "ar"), ("3", "hf-greedy"), ("3", "racer")]
+    # --turns all (the default): question 1's second turn is a generation of its own.
+    assert [(r["prompt_id"], r["turn"], r["method"]) for r in rows] == [
+        (q, t, m) for q, t in [("1", 1), ("1", 2), ("3", 1)] for m in ("ar", "hf-greedy", "racer")]
     assert all(r["matches_ar"] and r["new_tokens"] == 6 for r in rows)
     assert printed == (out / "summary.md").read_text() + "\n"
-    assert "| `racer` | 2 | 12 |" in printed and f"- source: {questions}" in printed
+    assert "| `racer` | 3 | 18 |" in printed and f"- source: {questions}" in printed
+    assert "### Per turn" in printed and "- turns: all" in printed
     # --cpu-kernels auto (the default) routed the tiny Llama's 15 linear layers where packed kernels exist
     from racer_ref.speedups.cpu_kernels import available_kernels
 
     routed = 15 if len(available_kernels()) > 1 else 0
     meta = json.loads((out / "meta.json").read_text())
+    assert meta["command"] == "racer-ref " + " ".join(argv) and meta["turns"] == "all"
+    assert (meta["warmup_runs"], meta["warmup_tokens"], meta["context_method"]) == (1, 6, "ar")
     assert meta["routed_linears"] == routed and f"- routed linears: {routed}" in printed
     assert meta["cpu_kernels"]["fast_forward"] is True and len(meta["load_average"]) == 3
     if routed:

@@ -35,13 +35,19 @@ def test_named_datasets_load_in_file_order(name, count, first_id, first_category
     assert all(p.chat for p in prompts)
 
 
-def test_specbench_categories_and_first_turn_only():
+def test_specbench_categories_and_turns():
     prompts = D.load_dataset("specbench")
     counts = Counter(p.category for p in prompts)
     assert len(counts) == 13
     assert counts["translation"] == 80 and counts["writing"] == 10
-    # Question 81 has two turns; only the first is the prompt.
+    # Question 81 has two turns: the first is the prompt, the second a follow-up.
     assert "Rewrite your previous response" not in prompts[0].text
+    assert len(prompts[0].turns) == 2 and prompts[0].turns[0] == prompts[0].text
+    assert prompts[0].follow_ups[0].startswith("Rewrite your previous response")
+    # The eight MT-Bench categories (80 questions) have two turns, the five others one.
+    two = Counter(p.category for p in prompts if len(p.turns) == 2)
+    assert sum(two.values()) == 80 and len(two) == 8 and "translation" not in two
+    assert all(len(p.turns) == 1 for p in prompts if p.category in ("translation", "rag", "qa"))
 
 
 def test_specbench_three_per_category_is_the_issue_subset():
@@ -85,7 +91,9 @@ def test_specbench_format(tmp_path):
         {"question_id": 7, "category": "math", "turns": ["one", "two"]},
         {"question_id": 8, "category": "qa", "turns": ["three"]},
     ])
-    assert D.read_questions(path) == [D.Prompt("7", "math", "one"), D.Prompt("8", "qa", "three")]
+    assert D.read_questions(path) == [D.Prompt("7", "math", "one", follow_ups=("two",)),
+                                      D.Prompt("8", "qa", "three")]
+    assert D.read_questions(path)[0].turns == ("one", "two")
 
 
 def test_gsm8k_format_uses_the_file_name_as_category(tmp_path):
@@ -133,6 +141,9 @@ def test_bad_files(tmp_path):
     no_turns = _write_jsonl(tmp_path / "nt.jsonl", [{"question_id": 1, "turns": []}])
     with pytest.raises(ValueError, match="'turns' must be a non-empty list"):
         D.read_questions(no_turns)
+    empty_turn = _write_jsonl(tmp_path / "et.jsonl", [{"question_id": 1, "turns": ["a", ""]}])
+    with pytest.raises(ValueError, match=r"row 0: 'turns' must be a non-empty list of non-empty strings"):
+        D.read_questions(empty_turn)
 
 
 # ----------------------------------------------------------------------------- selection
@@ -187,3 +198,32 @@ def test_raw_prompt_is_tokenized_as_is(tokenizer):
 def test_empty_prompt_is_rejected(tokenizer):
     with pytest.raises(ValueError, match="text: expected a non-empty string"):
         D.encode_prompt(tokenizer, "")
+
+
+def test_second_turn_follows_the_first_answer_in_the_chat_template(tokenizer):
+    one = D.encode_conversation(tokenizer, ["Say hi."], [])
+    assert one == D.encode_prompt(tokenizer, "Say hi.")
+    ids = D.encode_conversation(tokenizer, ["Say hi.", "Now louder."], ["Hi there."])
+    text = tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>system\n")
+    assert text.endswith("<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nHi there.<|im_end|>\n"
+                         "<|im_start|>user\nNow louder.<|im_end|>\n<|im_start|>assistant\n")
+    # Turn 2's prompt starts with turn 1's prompt: the conversation only grows.
+    assert ids[: len(one)] == one
+    # Without the template the parts are joined by blank lines.
+    raw = D.encode_conversation(tokenizer, ["a", "b"], ["c"], chat=False)
+    assert tokenizer.decode(raw) == "a\n\nc\n\nb"
+
+
+def test_encode_conversation_rejects_bad_input(tokenizer):
+    with pytest.raises(ValueError, match="turns: expected a non-empty list"):
+        D.encode_conversation(tokenizer, [], [])
+    with pytest.raises(ValueError, match="turns: expected a non-empty list of non-empty strings"):
+        D.encode_conversation(tokenizer, ["a", ""], ["x"])
+    with pytest.raises(ValueError, match=r"answers: expected 1 strings \(one per earlier turn\), got 0"):
+        D.encode_conversation(tokenizer, ["a", "b"], [])
+
+
+def test_answer_text_drops_special_tokens_and_outer_space(tokenizer):
+    ids = tokenizer("  Hello there.\n")["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    assert D.answer_text(tokenizer, ids) == "Hello there."

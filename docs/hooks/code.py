@@ -272,16 +272,18 @@ def bench_results() -> str:
                 `--out` folder into `docs/data/bench/<set>/`; this section and the plot
                 below are drawn from them at build time.
             """)
-    keys = ["model", "device", "cpu", "torch_threads", "prepacked_linears", "routed_linears", "load_average", "dtype", "attn_implementation",
-            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "torch",
-            "transformers", "date"]
+    keys = ["model", "device", "cpu", "torch_threads", "prepacked_linears", "routed_linears", "load_average", "load_average_end", "dtype", "attn_implementation",
+            "max_new_tokens", "capacity", "temperature", "turns", "context_method", "drafter_state",
+            "warmup_runs", "warmup_tokens", "seed", "torch", "transformers", "date", "command"]
     parts = []
     for run in runs:
         meta = json.loads((run / "meta.json").read_text()) if (run / "meta.json").is_file() else {}
         rows = read_results(run)
         lines = [f"### {run.name}", ""]
         lines += [f"- {k.replace('_', ' ')}: {meta[k]}" for k in keys if meta.get(k) is not None]
-        lines.append(f"- prompts: {len({r['prompt_id'] for r in rows})}; runs: {len(rows)}; "
+        generations = len({(r["prompt_id"], r.get("turn", 1)) for r in rows})
+        lines.append(f"- prompts: {len({r['prompt_id'] for r in rows})}; generations (prompt, turn): "
+                     f"{generations}; runs: {len(rows)}; "
                      f"data: `{run.relative_to(ROOT).as_posix()}/`")
         for method, text in (meta.get("capacity_auto_text") or {}).items():
             lines.append(f"- `{method}`: {text}")

@@ -7,6 +7,8 @@ Examples::
     racer-ref bench --methods ar,hf-greedy,hf-pld,racer --dataset humaneval --limit 20 --out bench-out/he
     racer-ref bench --methods all --questions ../shared/data/spec_bench/question.jsonl \\
         --per-category 3 --max-new-tokens 128 --out bench-out/specbench
+    racer-ref bench --methods ar,racer --dataset specbench --per-category 1 --turns all \\
+        --drafter-state shared --warmup 3 --warmup-tokens full --out bench-out/paper-protocol
     racer-ref summarize bench-out/he
     racer-ref demo
 
@@ -18,12 +20,14 @@ chat template (``--no-chat`` feeds the text as is).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from racer_ref.demo import TextStreamer, run_demo
-from racer_ref.harness.bench import METHODS, parse_capacity, parse_methods
+from racer_ref.harness.bench import (DEFAULT_WARMUP_TOKENS, METHODS, TURNS, parse_capacity,
+                                    parse_methods)
 from racer_ref.harness.datasets import DATASETS
 from racer_ref.harness.models import resolve_device, resolve_dtype
 
@@ -109,6 +113,28 @@ def _capacity_arg(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _warmup_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (warm-up runs), got {text!r}")
+    return value
+
+
+def _warmup_tokens_arg(text: str) -> Optional[int]:
+    if text.strip().lower() == "full":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'full', got {text!r}")
+    return value
+
+
 def _methods_arg(text: str) -> List[str]:
     try:
         return parse_methods(text)
@@ -159,10 +185,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
     b.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each prompt and method N times, keep the shortest wall time (default 1)")
+    b.add_argument("--turns", default="all", choices=list(TURNS),
+                   help="all (default): every turn of a multi-turn question (MT-Bench, Spec-Bench's "
+                        "MT-Bench categories), turn 2 asked after ar's answer to turn 1 (the same prompt "
+                        "for every method), as Spec-Bench runs them; first: the first turn only")
     b.add_argument("--drafter-state", default="per-request", choices=["per-request", "shared"],
-                   help="per-request: a fresh drafter for each prompt (default); shared: one "
-                        "drafter per method across all prompts, as the paper's evaluation")
-    b.add_argument("--no-warmup", action="store_true")
+                   help="per-request: a fresh drafter for each generation (each turn) (default); "
+                        "shared: one drafter per method across all prompts, turns and warm-up runs, as "
+                        "the paper's evaluation")
+    b.add_argument("--warmup", type=_warmup_arg, default=1, metavar="N",
+                   help="warm-up runs of the first prompt (all its turns) per method before timing, "
+                        "unrecorded (default 1; the paper: 3, with --drafter-state shared)")
+    b.add_argument("--warmup-tokens", type=_warmup_tokens_arg, default=DEFAULT_WARMUP_TOKENS, metavar="N",
+                   help=f"new tokens per warm-up run, or 'full' for --max-new-tokens (default "
+                        f"{DEFAULT_WARMUP_TOKENS}; the paper: full)")
+    b.add_argument("--no-warmup", action="store_true", help="the same as --warmup 0")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--no-plots", action="store_true")
     _add_decoding_args(b, 128)
@@ -290,15 +327,20 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
     model, tokenizer = load(args)
     args.capacity = default_capacity(args.capacity, model)
     source = args.dataset or str(args.questions)
-    meta = {"source": source, "per_category": args.per_category, "limit": args.limit}
-    print(f"{len(prompts)} prompts from {source}; methods {', '.join(args.methods)}; "
-          f"{args.device} {args.dtype}; writing to {args.out}", file=sys.stderr)
+    meta = {"source": source, "per_category": args.per_category, "limit": args.limit,
+            "command": "racer-ref " + shlex.join(getattr(args, "argv", None) or sys.argv[1:])}
+    n_turns = sum(len(p.turns) for p in prompts) if args.turns == "all" else len(prompts)
+    print(f"{len(prompts)} prompts ({n_turns} generations, turns: {args.turns}) from {source}; "
+          f"methods {', '.join(args.methods)}; {args.device} {args.dtype}; writing to {args.out}",
+          file=sys.stderr)
     try:
         run_bench(model, tokenizer, prompts, args.methods, args.out, max_new_tokens=args.max_new_tokens,
                   capacity=args.capacity, temperature=args.temperature, seed=args.seed,
-                  warmup=not args.no_warmup, progress=not args.no_progress, backend=args.backend,
+                  warmup=0 if args.no_warmup else args.warmup, progress=not args.no_progress,
+                  backend=args.backend,
                   meta=meta, plots=not args.no_plots, repeats=args.repeats,
-                  drafter_state=args.drafter_state)
+                  drafter_state=args.drafter_state, turns=args.turns,
+                  warmup_tokens=args.warmup_tokens)
     except ValueError as exc:
         raise SystemExit(f"racer-ref bench: error: {exc}")
     print((Path(args.out) / "summary.md").read_text())
@@ -337,6 +379,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return check_main(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded in a benchmark's meta.json
     from racer_ref import missing_hf_extra
 
     missing = missing_hf_extra(f"racer-ref {args.command}")

@@ -3,7 +3,7 @@
 For each prompt (after a warm-up on the first one) we run every method, in an order that
 rotates from prompt to prompt (so no method always runs first, right after another one
 heated the caches), check each greedy output against ``ar`` token for token, and append one
-line per (prompt, method) to ``results.jsonl``. At the end :func:`summarize` writes
+line per (prompt, turn, method) to ``results.jsonl``. At the end :func:`summarize` writes
 ``summary.md`` and three PNG plots.
 
 Methods:
@@ -23,11 +23,29 @@ Definitions (docs/explanation/spec.md, "Terms"): a **step** is one target forwar
 prefill (for ``hf-*`` the forward calls counted by a hook); **MAT** is the mean of ``a + 1``
 over all steps of all prompts; **speedup** of a method over a baseline is token-weighted:
 ``(sum wall_s / sum new_tokens)`` of the baseline divided by the same for the method, over
-the prompts both ran. ``wall_s`` is the wall time of one call from token ids to output ids
-(prefill included, model loading and tokenization excluded). Drafter state is per request
-by default; ``drafter_state="shared"`` (``--drafter-state shared``) keeps one drafter per method
-across all prompts, warm-up included, as the paper's evaluation did (docs/explanation/spec.md, "State
-lifetime"); ``meta.json`` and the summary record which.
+the (prompt, turn) pairs both ran. ``wall_s`` is the wall time of one call from token ids to
+output ids (prefill included, model loading and tokenization excluded).
+
+The evaluation protocol, every part of it recorded in ``meta.json`` and the summary:
+
+* **Turns** (``turns="all"``, ``--turns all``, the default): a multi-turn question (MT-Bench,
+  Spec-Bench's eight MT-Bench categories) is a conversation, as MT-Bench and Spec-Bench run
+  it: turn 2 is asked after turn 1's answer (chat template: user turn 1, assistant answer 1,
+  user turn 2), so its prompt holds text the model wrote, which retrieval can find again.
+  Every method must see the same turn-2 prompt, so the answer put into the conversation is
+  the **context method**'s (``ar`` when it runs, else the first method): since every method
+  is lossless, a greedy method's own answer is the same text, and where it is not (a near
+  tie, e.g. ``hf-greedy``) the row says so (``context_is_own_answer``). ``turns="first"``
+  decodes the first turn only.
+* **Drafter state** (``drafter_state``): per request by default (a fresh drafter for every
+  generation, each turn its own request); ``"shared"`` keeps one drafter per method across
+  every prompt and turn, warm-up included, as the paper's evaluation did (docs/explanation/
+  spec.md, "State lifetime").
+* **Warm-up** (``warmup``, ``warmup_tokens``): before timing, every method runs the first
+  question (all the turns that the run decodes) ``warmup`` times with ``warmup_tokens`` new
+  tokens each, unrecorded. The default is one short run (16 tokens) that only loads kernels
+  and caches; the paper's protocol is three full runs of question 0 with shared state
+  (``warmup=3, warmup_tokens=None``), which the shared drafter then remembers.
 """
 
 from __future__ import annotations
@@ -44,12 +62,18 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 import numpy as np
 
 from racer_ref.harness.baselines import HF_METHODS, hf_generate
-from racer_ref.harness.datasets import Prompt, encode_prompt
+from racer_ref.harness.datasets import Prompt, answer_text, encode_conversation
 from racer_ref.harness.plots import write_plots
 from racer_ref.harness.summary import METHODS, read_results, summary_tables
 
 #: How long drafter state lives in a benchmark (docs/explanation/spec.md, "State lifetime").
 DRAFTER_STATES = ("per-request", "shared")
+
+#: Which turns of a multi-turn question a benchmark decodes (``--turns``).
+TURNS = ("all", "first")
+
+#: New tokens of each warm-up run unless told (``--warmup-tokens``).
+DEFAULT_WARMUP_TOKENS = 16
 
 #: Methods whose drafter builds trees, so that ``capacity`` (and ``auto``) applies.
 TREE_METHODS = ("racer", "retrieval", "logits", "logits-last")
@@ -366,6 +390,61 @@ def describe_difference(d: Dict[str, Any]) -> str:
             f"{d['dtype']}): {kind}")
 
 
+def parse_turns(value: str) -> str:
+    """``"all"`` or ``"first"`` (see :data:`TURNS`), case and spaces ignored.
+
+    Raises:
+        ValueError: anything else.
+    """
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text not in TURNS:
+        raise ValueError(f"turns: expected one of {', '.join(TURNS)}, got {value!r}")
+    return text
+
+
+def _warmup_runs(warmup: Union[bool, int]) -> int:
+    """``warmup`` as a number of runs: True -> 1, False -> 0, an int >= 0 as is."""
+    if isinstance(warmup, bool):
+        return int(warmup)
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup: expected a bool or an integer >= 0 (warm-up runs), got {warmup!r}")
+    return warmup
+
+
+def conversation_turns(runner: "MethodRunner", tokenizer: Any, prompt: Prompt, methods: Sequence[str],
+                       n_turns: int, context_method: str, order_start: int, repeats: int = 1,
+                       seed: int = 0, max_new_tokens: Optional[int] = None,
+                       before_run: Optional[Callable[[int, str], None]] = None) -> Iterable[tuple]:
+    """Decode turns ``1..n_turns`` of ``prompt`` with every method; yield, per turn,
+    ``(turn, prompt_ids, outputs, walls)``.
+
+    Turn ``t``'s prompt is :func:`~racer_ref.harness.datasets.encode_conversation` of the first
+    ``t`` user messages and ``context_method``'s answers to the turns before (the same ids for
+    every method). Within a turn the methods run in :func:`method_order` from
+    ``order_start + t - 1`` (so the rotation goes on across turns and prompts), ``repeats``
+    rounds, each round rotated once more.
+
+    Yields:
+        ``turn`` (1-based), ``prompt_ids`` (list of int), ``outputs`` (method -> the first
+        round's :class:`RunOutput`), ``walls`` (method -> every round's wall seconds).
+    """
+    answers: List[str] = []
+    for t in range(n_turns):
+        ids = encode_conversation(tokenizer, prompt.turns[: t + 1], answers, prompt.chat)
+        outputs: Dict[str, RunOutput] = {}
+        walls: Dict[str, List[float]] = {m: [] for m in methods}
+        for rep in range(repeats):
+            for method in method_order(methods, order_start + t + rep):
+                if before_run is not None:
+                    before_run(t + 1, method)
+                o = runner.run(method, ids, max_new_tokens=max_new_tokens, seed=seed + t)
+                walls[method].append(o.wall_s)
+                outputs.setdefault(method, o)
+        yield t + 1, ids, outputs, walls
+        if t + 1 < n_turns:
+            answers.append(answer_text(tokenizer, outputs[context_method].result.token_ids))
+
+
 def run_bench(
     model: Any,
     tokenizer: Any,
@@ -376,7 +455,7 @@ def run_bench(
     capacity: Union[int, str] = 64,
     temperature: float = 0.0,
     seed: int = 0,
-    warmup: bool = True,
+    warmup: Union[bool, int] = True,
     progress: bool = True,
     eos_token_id: Any = None,
     backend: str = "rust",
@@ -384,9 +463,11 @@ def run_bench(
     plots: bool = True,
     repeats: int = 1,
     drafter_state: str = "per-request",
+    turns: str = "all",
+    warmup_tokens: Optional[int] = DEFAULT_WARMUP_TOKENS,
 ) -> List[Dict[str, Any]]:
-    """Run every method on every prompt and write ``results.jsonl``, ``meta.json``,
-    ``summary.md`` and the plots into ``out_dir``.
+    """Run every method on every prompt (every turn of it) and write ``results.jsonl``,
+    ``meta.json``, ``summary.md`` and the plots into ``out_dir``.
 
     Args:
         model, tokenizer: the target model (batch size 1) and its tokenizer.
@@ -394,37 +475,53 @@ def run_bench(
         methods: names from :data:`METHODS`; ``ar`` should be among them for ``matches_ar``
             and the speedup over ``ar``.
         out_dir: created if missing; ``results.jsonl`` is overwritten.
-        max_new_tokens: new tokens per prompt (>= 1).
+        max_new_tokens: new tokens per generation (>= 1), i.e. per turn.
         capacity: an int in ``[1, 4096]`` or ``"auto"``.
         temperature: 0 = greedy (``matches_ar`` is only checked then).
-        seed: sampling seed base (prompt i uses ``seed + i``).
-        warmup: first run every method once on the first prompt (16 tokens), unrecorded.
+        seed: sampling seed base (generation g, counting turns, uses ``seed + g``).
+        warmup: warm-up runs of the first prompt before timing, unrecorded (True = 1, False =
+            0; the paper: 3). Each runs every method on every turn this run decodes.
         progress: show a progress bar (tqdm, on stderr).
         eos_token_id: stop token(s) (default: the model's generation config).
         backend: drafter backend.
         meta: extra fields for ``meta.json`` / the summary header.
         plots: write the PNG plots.
-        repeats: run every (prompt, method) this many times (rounds over the methods, each
-            round in a new rotation) and keep the shortest wall time: other processes can
+        repeats: run every (prompt, turn, method) this many times (rounds over the methods,
+            each round in a new rotation) and keep the shortest wall time: other processes can
             only add time, so the minimum is the least disturbed measurement (>= 1).
         drafter_state: ``"per-request"`` (default) or ``"shared"``: one drafter per method
             for the whole run, warm-up included (the paper's evaluation; results then depend
             on prompt order, and with ``repeats > 1`` a repeat sees its prompt again).
+        turns: ``"all"`` (default): every turn of a multi-turn question, turn ``t`` after the
+            context method's answers to the earlier ones (module docstring); ``"first"``: the
+            first turn only.
+        warmup_tokens: new tokens per warm-up run (>= 1), or None for ``max_new_tokens``.
 
     Returns:
-        the rows written to ``results.jsonl``.
+        the rows written to ``results.jsonl`` (one per prompt, turn and method; ``turn``
+        counts from 1).
 
     Raises:
-        ValueError: no prompts, bad methods, capacity or ``max_new_tokens``.
+        ValueError: no prompts, bad methods, capacity, ``max_new_tokens``, ``repeats``,
+            ``drafter_state``, ``turns``, ``warmup`` or ``warmup_tokens`` (before anything is
+            written).
     """
     methods = parse_methods(methods)
     capacity = parse_capacity(capacity) if isinstance(capacity, str) else parse_capacity(str(capacity))
+    turns = parse_turns(turns)
+    n_warmup = _warmup_runs(warmup)
     if not prompts:
         raise ValueError("prompts: no prompts selected")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
+    if warmup_tokens is not None and (isinstance(warmup_tokens, bool) or not isinstance(warmup_tokens, int)
+                                      or warmup_tokens < 1):
+        raise ValueError(f"warmup_tokens: expected an integer >= 1 or None (= max_new_tokens), "
+                         f"got {warmup_tokens!r}")
+    if drafter_state not in DRAFTER_STATES:
+        raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, got {drafter_state!r}")
     if temperature and any(m in HF_METHODS for m in methods):
         raise ValueError("methods: hf-greedy and hf-pld are greedy only; drop them or use temperature 0")
     out = Path(out_dir)
@@ -432,75 +529,97 @@ def run_bench(
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
                           temperature=temperature, eos_token_id=eos_token_id, backend=backend,
                           drafter_state=drafter_state)
-    encoded = [encode_prompt(tokenizer, p.text, p.chat) for p in prompts]
+    # Later turns are asked after this method's answers, the same text for every method.
+    context_method = "ar" if "ar" in methods else methods[0]
+    n_turns = [len(p.turns) if turns == "all" else 1 for p in prompts]
+    warm_tokens = max_new_tokens if warmup_tokens is None else min(warmup_tokens, max_new_tokens)
     info = run_metadata(model, max_new_tokens=max_new_tokens, capacity=capacity,
                         temperature=temperature, seed=seed, methods=methods, n_prompts=len(prompts),
-                        backend=backend, repeats=repeats, drafter_state=drafter_state)
+                        n_generations=sum(n_turns), backend=backend, repeats=repeats,
+                        drafter_state=drafter_state, turns=turns,
+                        multi_turn_prompts=sum(1 for n in n_turns if n > 1),
+                        context_method=context_method if max(n_turns) > 1 else None,
+                        warmup_runs=n_warmup, warmup_tokens=warm_tokens if n_warmup else None)
     info.update(meta or {})
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
 
     from tqdm.auto import tqdm
 
-    total = len(prompts) * len(methods) * repeats + (len(methods) if warmup else 0)
+    total = (sum(n_turns) * repeats + n_warmup * n_turns[0]) * len(methods)
     bar = tqdm(total=total, desc="bench", unit="run", disable=not progress, dynamic_ncols=True)
-    if warmup:
-        for method in methods:
-            bar.set_postfix_str(f"warm-up {method}")
-            runner.run(method, encoded[0], max_new_tokens=min(16, max_new_tokens), seed=seed)
-            bar.update(1)
+
+    def tick(label: str) -> Callable[[int, str], None]:
+        def before_run(turn: int, method: str) -> None:
+            bar.set_postfix_str(f"{label} turn {turn} {method}")
+        return before_run
+
+    for w in range(n_warmup):
+        for _ in conversation_turns(runner, tokenizer, prompts[0], methods, n_turns[0], context_method,
+                                    order_start=w, seed=seed, max_new_tokens=warm_tokens,
+                                    before_run=tick("warm-up")):
+            bar.update(len(methods))
     rows: List[Dict[str, Any]] = []
+    generation = 0  # counts (prompt, turn) pairs: the method rotation and the seeds go on with it
     with open(out / "results.jsonl", "w") as f:
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            outputs: Dict[str, RunOutput] = {}
-            walls: Dict[str, List[float]] = {m: [] for m in methods}
-            for rep in range(repeats):
-                for method in method_order(methods, i + rep):
-                    bar.set_postfix_str(f"{prompt.prompt_id} {method}")
-                    o = runner.run(method, ids, seed=seed + i)
-                    walls[method].append(o.wall_s)
-                    outputs.setdefault(method, o)
-                    bar.update(1)
-            ar_ids = outputs["ar"].result.token_ids if "ar" in outputs and temperature == 0 else None
-            hf_ids = outputs["hf-greedy"].result.token_ids if "hf-greedy" in outputs else None
-            for method in methods:
-                o = outputs[method]
-                o.wall_s = min(walls[method])
-                r = o.result
-                mismatch = first_mismatch(r.token_ids, ar_ids) if ar_ids is not None else None
-                new = len(r.token_ids)
-                row = {
-                    "method": method,
-                    "prompt_id": prompt.prompt_id,
-                    "category": prompt.category,
-                    "prompt_tokens": len(ids),
-                    "new_tokens": new,
-                    "steps": int(r.steps),
-                    "wall_s": round(o.wall_s, 6),
-                    "wall_s_runs": [round(w, 6) for w in walls[method]] if repeats > 1 else None,
-                    "tokens_per_s": round(new / o.wall_s, 4) if o.wall_s > 0 else None,
-                    "mean_accepted_tokens": _json_number(r.mean_accepted_tokens),
-                    "accepted_lengths": [int(a) for a in r.accepted_lengths],
-                    "matches_ar": (mismatch is None) if ar_ids is not None else None,
-                    "first_mismatch": mismatch,
-                    # Against stock transformers: where and why the output differs (a near-tie?).
-                    "differs_from_hf": (explain_difference(model, ids, hf_ids, r.token_ids, tokenizer)
-                                        if hf_ids is not None and method != "hf-greedy" else None),
-                    "capacity": o.capacity,
-                    "capacity_used": {str(k): v for k, v in o.capacity_used.items()} if o.capacity_used else None,
-                    "stop_reason": getattr(r, "stop_reason", None),
-                    "timings": {k: round(float(v), 6) for k, v in (r.timings or {}).items()},
-                    "text": r.text,
-                }
-                rows.append(row)
-                f.write(json.dumps(row) + "\n")
-            f.flush()
+        for i, prompt in enumerate(prompts):
+            own = {m: True for m in methods}  # every earlier answer in the context is this method's own
+            for turn, ids, outputs, walls in conversation_turns(
+                    runner, tokenizer, prompt, methods, n_turns[i], context_method,
+                    order_start=generation, repeats=repeats, seed=seed + generation,
+                    before_run=tick(prompt.prompt_id)):
+                generation += 1
+                bar.update(len(methods) * repeats)
+                greedy = temperature == 0
+                ar_ids = outputs["ar"].result.token_ids if "ar" in outputs and greedy else None
+                hf_ids = outputs["hf-greedy"].result.token_ids if "hf-greedy" in outputs else None
+                context_ids = outputs[context_method].result.token_ids
+                for method in methods:
+                    o = outputs[method]
+                    o.wall_s = min(walls[method])
+                    r = o.result
+                    mismatch = first_mismatch(r.token_ids, ar_ids) if ar_ids is not None else None
+                    new = len(r.token_ids)
+                    row = {
+                        "method": method,
+                        "prompt_id": prompt.prompt_id,
+                        "category": prompt.category,
+                        "turn": turn,
+                        "prompt_tokens": len(ids),
+                        "new_tokens": new,
+                        "steps": int(r.steps),
+                        "wall_s": round(o.wall_s, 6),
+                        "wall_s_runs": [round(w, 6) for w in walls[method]] if repeats > 1 else None,
+                        "tokens_per_s": round(new / o.wall_s, 4) if o.wall_s > 0 else None,
+                        "mean_accepted_tokens": _json_number(r.mean_accepted_tokens),
+                        "accepted_lengths": [int(a) for a in r.accepted_lengths],
+                        "matches_ar": (mismatch is None) if ar_ids is not None else None,
+                        "first_mismatch": mismatch,
+                        # Against stock transformers: where and why the output differs (a near-tie?).
+                        "differs_from_hf": (explain_difference(model, ids, hf_ids, r.token_ids, tokenizer)
+                                            if hf_ids is not None and method != "hf-greedy" else None),
+                        # Turn >= 2: was every earlier answer in this prompt the method's own?
+                        "context_from": context_method if turn > 1 else None,
+                        "context_is_own_answer": own[method] if turn > 1 and greedy else None,
+                        "capacity": o.capacity,
+                        "capacity_used": {str(k): v for k, v in o.capacity_used.items()} if o.capacity_used else None,
+                        "stop_reason": getattr(r, "stop_reason", None),
+                        "timings": {k: round(float(v), 6) for k, v in (r.timings or {}).items()},
+                        "text": r.text,
+                    }
+                    rows.append(row)
+                    f.write(json.dumps(row) + "\n")
+                    own[method] = own[method] and list(r.token_ids) == list(context_ids)
+                f.flush()
     bar.close()
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+    if runner.drafters:
+        # What each shared drafter knows at the end: every prompt and output it committed.
+        info["shared_drafters"] = {k: {"committed_tokens": d.num_committed, "automaton_nodes": d.automaton_nodes}
+                                   for k, d in runner.drafters.items()}
     if runner.controllers:
         info["capacity_auto"] = {m: c.report() for m, c in runner.controllers.items()}
         info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
-        (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     summarize(out, plots=plots)
     return rows
 
@@ -548,6 +667,12 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
 # ----------------------------------------------------------------------------- summary
 
 
+def _generation(row: Dict[str, Any]) -> str:
+    """``"81"`` for a first turn, ``"81 turn 2"`` for a later one."""
+    turn = row.get("turn") or 1
+    return row["prompt_id"] if turn == 1 else f"{row['prompt_id']} turn {turn}"
+
+
 def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
     """(Re)write ``summary.md`` (and the PNG plots) from ``results.jsonl`` and ``meta.json``.
 
@@ -565,9 +690,9 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
     methods = meta.get("methods")
     lines = ["# racer-ref benchmark", ""]
     keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "routed_linears",
-            "cpu", "load_average", "source",
-            "max_new_tokens", "capacity", "temperature", "drafter_state", "seed", "repeats", "torch",
-            "transformers", "date"]
+            "cpu", "load_average", "load_average_end", "source",
+            "max_new_tokens", "capacity", "temperature", "turns", "context_method", "drafter_state",
+            "warmup_runs", "warmup_tokens", "seed", "repeats", "torch", "transformers", "date"]
     for k in keys:
         if k in meta and meta[k] is not None:
             lines.append(f"- {k.replace('_', ' ')}: {meta[k]}")
@@ -576,25 +701,40 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
         lines.append("- cpu kernels (" + str(kernels.get("cpu_capability")) + "): " + "; ".join(
             f"{g} " + ", ".join(f"{c} rows {k}" for c, k in cl.items()) for g, cl in kernels["choice"].items())
             + ("; direct forward" if kernels.get("fast_forward") else ""))
-    lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; runs: {len(rows)}")
+    generations = len({(r["prompt_id"], r.get("turn", 1)) for r in rows})
+    lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; generations (prompt, turn): "
+                 f"{generations}; runs: {len(rows)}")
+    warm = meta.get("warmup_runs")
+    warm_text = ("no warm-up" if warm == 0 else "warm-up first" if warm is None
+                 else f"{warm} warm-up run{'s' if warm > 1 else ''} of the first prompt first")
     lines.append("- MAT = mean tokens per step (a + 1) over all steps; speedup = token-weighted "
-                 "ratio of seconds per new token; warm-up run first, method order rotated per prompt"
+                 f"ratio of seconds per new token; {warm_text}, method order rotated per generation"
                  + ("; wall time = the shortest of the repeats" if (meta.get("repeats") or 1) > 1 else ""))
+    if meta.get("context_method"):
+        lines.append(f"- turn 2 and later: asked after `{meta['context_method']}`'s answers to the earlier "
+                     "turns (the same prompt for every method)")
     for m, text in (meta.get("capacity_auto_text") or {}).items():
         lines.append(f"- `{m}` {text}")
     text = "\n".join(lines) + "\n\n" + summary_tables(rows, methods)
     mismatches = [r for r in rows if r.get("matches_ar") is False]
     if mismatches:
         text += ("\n### Outputs that differ from `ar`\n\n" + "\n".join(
-            f"- `{r['method']}` on {r['prompt_id']}: first difference at new token {r['first_mismatch']}"
+            f"- `{r['method']}` on {_generation(r)}: first difference at new token {r['first_mismatch']}"
             for r in mismatches) + "\n")
+    foreign = [r for r in rows if r.get("context_is_own_answer") is False]
+    if foreign:
+        text += (f"\n### Turns asked after another method's answer ({len(foreign)} runs)\n\n"
+                 "Every method gets the same later-turn prompt, built from the context method's answers; "
+                 "these methods had answered an earlier turn differently:\n\n" + "\n".join(
+                     f"- `{r['method']}` on {r['prompt_id']} turn {r['turn']} (context from `{r['context_from']}`)"
+                     for r in foreign) + "\n")
     differ = [r for r in rows if r.get("differs_from_hf")]
     checked = [r for r in rows if "differs_from_hf" in r and r["method"] != "hf-greedy"]
     if differ:
         text += (f"\n### Outputs that differ from `hf-greedy` ({len(differ)} of {len(checked)} runs)\n\n"
                  "Greedy outputs can part only where two logits (nearly) tie, since our kernels sum in "
                  "another order than stock PyTorch:\n\n" + "\n".join(
-                     f"- `{r['method']}` on {r['prompt_id']}: {describe_difference(r['differs_from_hf'])}"
+                     f"- `{r['method']}` on {_generation(r)}: {describe_difference(r['differs_from_hf'])}"
                      for r in differ) + "\n")
     if plots:
         names = write_plots(rows, out, methods)

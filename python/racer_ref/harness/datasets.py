@@ -1,7 +1,9 @@
 """Prompt sets for benchmarks: Spec-Bench, MT-Bench, HumanEval, GSM8K and MGSM.
 
-Every loader returns a list of :class:`Prompt` (an id, a category, the text, and whether the
-chat template applies). The benchmark turns each into token ids with :func:`encode_prompt`.
+Every loader returns a list of :class:`Prompt` (an id, a category, the text, any later turns,
+and whether the chat template applies). The benchmark turns each into token ids with
+:func:`encode_prompt`, or, for a later turn of a multi-turn question, with
+:func:`encode_conversation` (the earlier turns and the model's own answers to them).
 
 Sources (read where they are installed or stored, never copied into the repository):
 
@@ -18,8 +20,9 @@ name           where                                                            
 
 ``--questions PATH`` accepts any file in one of these formats, recognised by its content:
 Spec-Bench / MT-Bench JSONL (``question_id``, ``category``, ``turns``: the first turn is the
-prompt), GSM8K JSONL (``question``, ``answer``), HumanEval JSONL (``task_id``, ``prompt``),
-MGSM TSV (question TAB answer, no header), or a plain JSONL with a ``prompt`` field.
+prompt, the later ones are kept as :attr:`Prompt.follow_ups`), GSM8K JSONL (``question``,
+``answer``), HumanEval JSONL (``task_id``, ``prompt``), MGSM TSV (question TAB answer, no
+header), or a plain JSONL with a ``prompt`` field.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 #: Dataset names accepted by ``racer-ref bench --dataset``.
 DATASETS = ("humaneval", "mtbench", "specbench", "gsm8k", "mgsm")
@@ -44,14 +47,24 @@ class Prompt:
     Attributes:
         prompt_id: unique within its set (``"81"``, ``"HumanEval/0"``, ``"gsm8k/12"``).
         category: Spec-Bench / MT-Bench category, or the set's name for single-category sets.
-        text: the user message (chat prompts) or the raw text to continue.
+        text: the user message (chat prompts) or the raw text to continue; for a multi-turn
+            question (MT-Bench, Spec-Bench's MT-Bench categories) its first turn.
         chat: whether :func:`encode_prompt` wraps ``text`` in the model's chat template.
+        follow_ups: the user messages of the later turns, in order (empty for one-turn
+            prompts). Turn ``t`` is asked after the model's own answers to turns ``1..t-1``
+            (:func:`encode_conversation`), as MT-Bench and Spec-Bench ask them.
     """
 
     prompt_id: str
     category: str
     text: str
     chat: bool = True
+    follow_ups: Tuple[str, ...] = ()
+
+    @property
+    def turns(self) -> Tuple[str, ...]:
+        """Every user message: ``(text,) + follow_ups``."""
+        return (self.text,) + tuple(self.follow_ups)
 
 
 # ----------------------------------------------------------------------------- locations
@@ -148,12 +161,13 @@ def _from_rows(rows: Sequence[Dict[str, Any]], path: Path, default_category: str
     keys = set(rows[0])
     prompts = []
     for i, row in enumerate(rows):
-        if {"question_id", "turns"} <= keys:  # Spec-Bench / MT-Bench: first turn only
+        if {"question_id", "turns"} <= keys:  # Spec-Bench / MT-Bench: one or more turns
             turns = row["turns"]
-            if not turns or not isinstance(turns[0], str):
-                raise ValueError(f"{path}: row {i}: 'turns' must be a non-empty list of strings")
+            if (not isinstance(turns, list) or not turns
+                    or not all(isinstance(t, str) and t for t in turns)):
+                raise ValueError(f"{path}: row {i}: 'turns' must be a non-empty list of non-empty strings")
             prompts.append(Prompt(str(row["question_id"]), str(row.get("category", default_category)),
-                                  turns[0], chat=True))
+                                  turns[0], chat=True, follow_ups=tuple(turns[1:])))
         elif {"task_id", "prompt"} <= keys:  # HumanEval: a function to complete
             prompts.append(Prompt(str(row["task_id"]), default_category, row["prompt"], chat=True))
         elif {"question", "answer"} <= keys:  # GSM8K
@@ -280,15 +294,67 @@ def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> List[int]:
     if not isinstance(text, str) or not text:
         raise ValueError("text: expected a non-empty string")
     if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True)
-        # transformers 5 returns a BatchEncoding, older versions a plain list.
-        if hasattr(ids, "keys") and "input_ids" in ids:
-            ids = ids["input_ids"]
-        if ids and isinstance(ids[0], list):
-            ids = ids[0]
-        return [int(t) for t in ids]
+        return _template_ids(tokenizer, [{"role": "user", "content": text}])
     return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+def encode_conversation(tokenizer: Any, turns: Sequence[str], answers: Sequence[str],
+                        chat: bool = True) -> List[int]:
+    """Token ids for turn ``len(turns)`` of a conversation: the user messages ``turns`` with the
+    model's ``answers`` to all but the last in between, then the assistant header.
+
+    With ``chat`` (and a tokenizer with a chat template) the messages are ``user turns[0],
+    assistant answers[0], user turns[1], ...`` through the template, as MT-Bench and Spec-Bench
+    build the second turn (FastChat's conversation with the model's decoded first answer in
+    the assistant slot). Without a template the parts are joined by blank lines. One turn
+    (``answers`` empty) gives exactly :func:`encode_prompt`.
+
+    Args:
+        turns: the user messages so far (>= 1, each non-empty).
+        answers: the assistant's answers to ``turns[:-1]`` as text (``len(turns) - 1`` of them;
+            may be empty strings: an answer can stop at once).
+
+    Returns:
+        a list of int token ids.
+
+    Raises:
+        ValueError: ``turns`` is empty or holds an empty string, or ``answers`` has the wrong
+            length.
+    """
+    turns, answers = list(turns), list(answers)
+    if not turns or not all(isinstance(t, str) and t for t in turns):
+        raise ValueError("turns: expected a non-empty list of non-empty strings")
+    if len(answers) != len(turns) - 1 or not all(isinstance(a, str) for a in answers):
+        raise ValueError(f"answers: expected {len(turns) - 1} strings (one per earlier turn), "
+                         f"got {len(answers)}")
+    if len(turns) == 1:
+        return encode_prompt(tokenizer, turns[0], chat)
+    if chat and getattr(tokenizer, "chat_template", None):
+        messages = []
+        for user, assistant in zip(turns, answers + [None]):
+            messages.append({"role": "user", "content": user})
+            if assistant is not None:
+                messages.append({"role": "assistant", "content": assistant})
+        return _template_ids(tokenizer, messages)
+    parts = [p for pair in zip(turns, answers + [""]) for p in pair if p]
+    return [int(t) for t in tokenizer("\n\n".join(parts))["input_ids"]]
+
+
+def _template_ids(tokenizer: Any, messages: List[Dict[str, str]]) -> List[int]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    # transformers 5 returns a BatchEncoding, older versions a plain list.
+    if hasattr(ids, "keys") and "input_ids" in ids:
+        ids = ids["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(t) for t in ids]
+
+
+def answer_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """An answer as the next turn's assistant message: decoded without special tokens and
+    stripped of surrounding white space (as Spec-Bench puts the model's output back into
+    its conversation)."""
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
 
 def iter_categories(prompts: Iterable[Prompt]) -> List[str]:

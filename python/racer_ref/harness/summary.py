@@ -5,7 +5,9 @@ writes into the tables of ``summary.md`` (:func:`racer_ref.harness.bench.summari
 ``racer-ref summarize``); :mod:`racer_ref.harness.plots` draws the plots from the same rows. Definitions: a **step** is one target forward pass after
 the prefill; **MAT** is the mean of ``a + 1`` over all steps of all prompts; the
 **speedup** of a method over a baseline is token-weighted, ``(sum wall_s / sum new_tokens)``
-of the baseline divided by the same for the method, over the prompts both ran.
+of the baseline divided by the same for the method, over the generations both ran (a
+generation is one (prompt, turn) pair: a two-turn question gives two rows per method, told
+apart by their ``turn``, 1 when a row has none).
 """
 
 from __future__ import annotations
@@ -71,13 +73,20 @@ def aggregate(rows: Iterable[Dict[str, Any]]) -> Aggregate:
     )
 
 
+def turn_of(row: Dict[str, Any]) -> int:
+    """The row's turn (1-based; rows written before turns existed count as turn 1)."""
+    return int(row.get("turn") or 1)
+
+
 def speedup(rows: Sequence[Dict[str, Any]], method: str, baseline: str,
-            category: Optional[str] = None) -> float:
-    """Token-weighted speedup of ``method`` over ``baseline`` on the prompts both ran
-    (optionally one category): ``(W_b / N_b) / (W_m / N_m)``. NaN if either is missing."""
-    def pick(m: str) -> Dict[str, Dict[str, Any]]:
-        return {r["prompt_id"]: r for r in rows
-                if r["method"] == m and (category is None or r["category"] == category)}
+            category: Optional[str] = None, turn: Optional[int] = None) -> float:
+    """Token-weighted speedup of ``method`` over ``baseline`` on the generations (prompt,
+    turn) both ran, optionally of one category and / or one turn: ``(W_b / N_b) / (W_m / N_m)``.
+    NaN if either is missing."""
+    def pick(m: str) -> Dict[Tuple[str, int], Dict[str, Any]]:
+        return {(r["prompt_id"], turn_of(r)): r for r in rows
+                if r["method"] == m and (category is None or r["category"] == category)
+                and (turn is None or turn_of(r) == turn)}
 
     a, b = pick(method), pick(baseline)
     common = [p for p in a if p in b]
@@ -140,9 +149,28 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
             _fmt(speedup(rows, m, "hf-greedy"), 2, "x"),
             f"{agg.matches}/{agg.checked}" if agg.checked else "n/a",
         ])
+    turns = sorted({turn_of(r) for r in rows})
     parts.append("### Overall\n\n" + _table(
-        ["method", "prompts", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
-         "speedup vs hf-greedy", "matches ar"], overall))
+        ["method", "generations" if len(turns) > 1 else "prompts", "new tokens", "steps", "MAT", "tokens/s",
+         "speedup vs ar", "speedup vs hf-greedy", "matches ar"], overall))
+    if len(turns) > 1:
+        per_turn = []
+        for m in methods:
+            for t in turns + [None]:
+                sub = [r for r in rows if r["method"] == m and (t is None or turn_of(r) == t)]
+                if not sub:
+                    continue
+                agg = aggregate(sub)
+                per_turn.append([
+                    f"`{m}`", "all" if t is None else str(t), str(agg.prompts), str(agg.new_tokens),
+                    str(agg.steps), _fmt(agg.mat), _fmt(agg.tokens_per_s, 1),
+                    _fmt(speedup(rows, m, "ar", turn=t), 2, "x"),
+                    _fmt(speedup(rows, m, "hf-greedy", turn=t), 2, "x"),
+                ])
+        parts.append("### Per turn\n\nTurn 1 counts every prompt, a later turn only the questions that have "
+                     "it.\n\n" + _table(
+            ["method", "turn", "generations", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
+             "speedup vs hf-greedy"], per_turn))
     if categories:
         mat_rows, sp_rows, sph_rows = [], [], []
         for c in categories + ["**overall**"]:
