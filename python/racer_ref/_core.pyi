@@ -165,3 +165,18 @@ class Drafter:
         """Copy-logit row of ``token`` (``[]`` if unseen or the method has no table)."""
     def reset(self) -> None:
         """Forget the automaton, the copy-logit table and the history."""
+
+# ---------------------------------------------------------------------------------------
+# The best chain of a draft tree (rust/src/py/chain.rs). Twin: racer_ref.reference.best_chain.
+# ---------------------------------------------------------------------------------------
+
+def best_chain(parents: Any, length: int) -> np.ndarray:
+    """``(m,)`` int64 node indices of the first-child path below the root of a breadth-first
+    draft tree, ``m <= length``, root side first, root excluded (the highest-ranked path:
+    retrieval first, then copy-logit). ``parents``: ``(n,)`` integer ``DraftTree.parents``.
+
+    Raises:
+        TypeError: ``length`` not an int, or a non-integer dtype.
+        ValueError: ``parents`` not 1-D, empty, not starting with -1, or with a parent that
+            does not precede its node; ``length < 0``.
+    """

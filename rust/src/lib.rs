@@ -34,6 +34,7 @@
 //! * [`copy_logit`]: the dense copy-logit table;
 //! * [`logits_tree`]: the logits tree's breadth rule (paper Eq. 3), grown into a draft tree;
 //! * [`draft_tree`]: merging the retrieval and logits trees, and flattening;
+//! * [`chain`]: the best chain of a draft tree (for engines that verify chains only);
 //! * [`drafter`]: one drafter per method (racer, retrieval, logits, logits-last, pld, ar);
 //! * [`error`]: the one error type.
 //!
@@ -69,6 +70,7 @@
 #![deny(missing_docs)]
 
 pub mod automaton;
+pub mod chain;
 pub mod copy_logit;
 pub mod draft_tree;
 pub mod drafter;

@@ -19,6 +19,7 @@ _LAZY = {
     "CopyLogitTable": "racer_ref.reference.copy_logit",
     "DraftTree": "racer_ref.reference.draft_tree",
     "build_draft_tree": "racer_ref.reference.draft_tree",
+    "best_chain": "racer_ref.reference.chain",
     "Drafter": "racer_ref.reference.drafter",
     "RecencyList": "racer_ref.reference.lru",
 }

@@ -44,14 +44,14 @@ fn fmt_shape(shape: &[usize]) -> String {
 
 /// An integer array argument seen as `i64` values: borrowed from numpy when the input is
 /// already a C-contiguous int64 array, copied otherwise.
-struct IntArg<'py> {
+pub(super) struct IntArg<'py> {
     shape: Vec<usize>,
     borrowed: Option<PyReadonlyArrayDyn<'py, i64>>,
     owned: Vec<i64>,
 }
 
 impl IntArg<'_> {
-    fn values(&self) -> &[i64] {
+    pub(super) fn values(&self) -> &[i64] {
         match &self.borrowed {
             // `borrowed` is only kept when `as_slice` succeeds.
             Some(b) => b.as_slice().unwrap_or(&[]),
@@ -63,7 +63,7 @@ impl IntArg<'_> {
 /// Convert `obj` to an integer array with `ndim` dimensions. Errors: `ValueError` for the
 /// wrong number of dimensions, `TypeError` for a non-integer dtype (an empty input passes:
 /// `[]` is float64 in numpy).
-fn int_array<'py>(
+pub(super) fn int_array<'py>(
     obj: &Bound<'py, PyAny>,
     arg: &'static str,
     ndim: usize,

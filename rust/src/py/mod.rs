@@ -23,6 +23,7 @@ use pyo3::types::PyBool;
 use crate::error::Error;
 
 mod automaton;
+mod chain;
 mod drafter;
 
 /// The one bridge from the core's errors to Python exceptions.
@@ -112,5 +113,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     automaton::register(m)?;
     drafter::register(m)?;
+    chain::register(m)?;
     Ok(())
 }
