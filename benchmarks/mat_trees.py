@@ -26,6 +26,28 @@ from racer_ref.harness.models import load_default_model
 from racer_ref.metrics import mean_accepted_tokens
 
 
+def report(args, variants, caps, lengths, lossless, done) -> None:
+    """Print (and write) the figures over the first ``done`` prompts."""
+    rows = []
+    print(f"--- after {done} prompts")
+    for v in variants:
+        method, tree, c = v
+        rows.append(dict(method=method, tree=tree, capacity=c, mat=mean_accepted_tokens(lengths[v]),
+                         steps=len(lengths[v]), lossless=lossless[v]))
+        print(f"{method:10s} {tree:9s} C={c:3d}  MAT {rows[-1]['mat']:.3f}  steps {len(lengths[v]):5d}  "
+              f"lossless {lossless[v]}")
+    for c in caps:
+        get = {(r["method"], r["tree"]): r["mat"] for r in rows if r["capacity"] == c}
+        if ("racer", "expected") in get and ("racer", "paper") in get:
+            print(f"C={c:3d}: expected / paper = {get['racer', 'expected'] / get['racer', 'paper']:.3f}")
+    sys.stdout.flush()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(source=args.dataset or args.questions, per_category=args.per_category,
+                           limit=args.limit, max_new_tokens=args.max_new_tokens, prompts=done, rows=rows),
+                      f, indent=1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
@@ -38,8 +60,14 @@ def main() -> int:
     p.add_argument("--methods", default="racer,logits,retrieval",
                    help="tree methods; racer runs with both trees, the others with --peer-trees")
     p.add_argument("--peer-trees", default="expected,paper")
-    p.add_argument("--out", default=None, help="write the figures as JSON here")
+    p.add_argument("--peer-capacities", default=None, help="capacities of the peers (default --capacities)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--out", default=None, help="write the figures as JSON here (after every prompt)")
     args = p.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     prompts = load_prompts(dataset=args.dataset, questions=args.questions,
                            per_category=args.per_category, limit=args.limit)
     model, tokenizer = load_default_model()
@@ -48,8 +76,10 @@ def main() -> int:
     variants = []
     for method in args.methods.split(","):
         trees = ("expected", "paper") if method == "racer" else tuple(args.peer_trees.split(","))
+        own = caps if method == "racer" or not args.peer_capacities else [
+            int(c) for c in args.peer_capacities.split(",")]
         for tree in trees:
-            for c in caps:
+            for c in own:
                 variants.append((method, tree, c))
     lengths = {v: [] for v in variants}
     lossless = {v: True for v in variants}
@@ -64,21 +94,7 @@ def main() -> int:
             lengths[v].extend(r.accepted_lengths)
             lossless[v] &= list(r.token_ids) == list(ref)
         print(f"[{i + 1}/{len(prompts)}] {time.perf_counter() - tic:.0f} s", file=sys.stderr, flush=True)
-    rows = []
-    for v in variants:
-        method, tree, c = v
-        rows.append(dict(method=method, tree=tree, capacity=c, mat=mean_accepted_tokens(lengths[v]),
-                         steps=len(lengths[v]), lossless=lossless[v]))
-        print(f"{method:10s} {tree:9s} C={c:3d}  MAT {rows[-1]['mat']:.3f}  steps {len(lengths[v]):5d}  "
-              f"lossless {lossless[v]}")
-    for c in caps:
-        get = {(r["method"], r["tree"]): r["mat"] for r in rows if r["capacity"] == c}
-        if ("racer", "expected") in get and ("racer", "paper") in get:
-            print(f"C={c:3d}: expected / paper = {get['racer', 'expected'] / get['racer', 'paper']:.3f}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(source=args.dataset or args.questions, per_category=args.per_category,
-                           limit=args.limit, max_new_tokens=args.max_new_tokens, rows=rows), f, indent=1)
+        report(args, variants, caps, lengths, lossless, i + 1)
     return 0
 
 

@@ -70,13 +70,15 @@ def test_learning_labels_every_candidate_of_every_observed_node():
     # The target chose 1 after the root, 4 after node 1; rows of nodes 2, 3, 4 choose 9.
     topk = np.array([[1, 0], [4, 0], [9, 0], [9, 0], [9, 0]])
     n = learn(ann, tree.tokens.tolist(), topk, table, est)
-    # Candidates: root 2, node 1 two (3, 4), node 2 (token 2) two (5, 6), nodes 3 and 4
-    # (tokens 3, 4: unseen rows) none.
-    assert n == 6 and est.num_labels == 6
-    both_r0_q3 = candidate_bucket(0, 3, 4, 1)  # root -> 1: accepted
-    assert (est.seen[both_r0_q3], est.accepted[both_r0_q3]) == (2, 1)  # and 1 -> 3 (ratio 1... see below)
-    logits_r1_d2 = candidate_bucket(1, 0, 0, 2)  # 1 -> 4 accepted, 2 -> 6 not
-    assert (est.seen[logits_r1_d2], est.accepted[logits_r1_d2]) == (2, 1)
+    # The accepted path is 0 -> 1 -> 4 (each the top-1 of its parent); only its nodes'
+    # candidates are samples: root two (1, 2), node 1 two (3, 4), node 4 (unseen row) none.
+    # Nodes 2 and 3 are off the path: their rows teach nothing.
+    assert n == 4 and est.num_labels == 4
+    both_r0_q3 = candidate_bucket(0, 3, 4, 1)  # root -> 1 (3 of 4): accepted
+    assert both_r0_q3 == candidate_bucket(0, 3, 3, 2)  # 1 -> 3 (3 of 3): rejected, same bucket
+    assert (est.seen[both_r0_q3], est.accepted[both_r0_q3]) == (2, 1)
+    logits_r1_d2 = candidate_bucket(1, 0, 0, 2)  # 1 -> 4: accepted
+    assert (est.seen[logits_r1_d2], est.accepted[logits_r1_d2]) == (1, 1)
     # The accepted path alone works too; rows about another tree teach nothing.
     assert learn(ann, [0, 1, 4], topk[[0, 1, 4]], table, est) == 4
     assert learn(ann, [5, 1], topk[:2], table, est) == 0

@@ -575,6 +575,7 @@ fn annotate(
 pub struct Scratch {
     cands: Vec<Cand>,
     rows: Vec<usize>,
+    choice_at: Vec<i64>,
 }
 
 impl Scratch {
@@ -594,7 +595,8 @@ impl Scratch {
     /// Turn one verify pass into samples (see the twin's `learn`): rows of `token_ids` /
     /// `topk_ids` (row-major, `topk_shape = (n, k')`, already validated) matched to the
     /// annotated tree (all its nodes in order, or its accepted path root first); each
-    /// candidate child of each matched node is one sample, labelled by the row's top-1.
+    /// candidate child of each matched node on the accepted path (the root, then the child
+    /// carrying its parent's top-1, ...) is one sample, labelled by the row's top-1.
     /// Returns the number of samples (0 if the rows are not about this tree). Call it
     /// before the copy-logit table takes the new rows.
     #[allow(clippy::too_many_arguments)]
@@ -627,8 +629,18 @@ impl Scratch {
         }
         let width = topk_shape[1];
         let mut count = 0;
+        // The target's top-1 at each node of the accepted path (-1 elsewhere).
+        self.choice_at.clear();
+        self.choice_at.resize(n, -1);
         for (row, &u) in self.rows.iter().enumerate() {
+            if u != 0 {
+                let p = ann.parents[u] as usize;
+                if self.choice_at[p] < 0 || ann.tokens[u] != self.choice_at[p] {
+                    continue; // not on the accepted path
+                }
+            }
             let choice = topk_ids[row * width];
+            self.choice_at[u] = choice;
             let depth = ann.depths[u] as usize + 1;
             let link = ann.links[u];
             let root_row = if u == 0 { ann.root_row.as_deref() } else { None };

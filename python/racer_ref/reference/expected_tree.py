@@ -396,16 +396,30 @@ def learn(ann: Annotation, tokens: Sequence[int], topk: np.ndarray, table: Any,
           estimates: AcceptanceEstimates) -> int:
     """Turn one verify pass into labelled samples; returns how many.
 
-    For each observed node u (rows matched by ``match_rows``), the target's choice is
-    ``topk[row, 0]``, and every candidate child of u is one sample. Called before the
-    copy-logit table takes the new rows: the candidates are the ones the draft saw.
+    For each observed node u on the accepted path (rows matched by ``match_rows``), the
+    target's choice is ``topk[row, 0]``, and every candidate child of u is one sample.
+    Called before the copy-logit table takes the new rows: the candidates are the ones the
+    draft saw.
+
+    Why only the accepted path: the estimate we need is P(child is the target's choice |
+    its parent was accepted). After a rejected node the target continues a text that will
+    never exist, and a retrieval continuation of a wrong token is almost never what it
+    predicts there; those labels would make long retrieval chains look worse than they are.
+    The accepted path is found from the rows themselves: the root, then the child carrying
+    the root's top-1, and so on (greedy verification accepts exactly that path).
     """
     rows = match_rows(ann, tokens)
     if rows is None:
         return 0
     count = 0
+    # choice_at[u]: the target's top-1 at node u, for the nodes on the accepted path.
+    choice_at = [-1] * len(ann.tokens)
     for row, u in enumerate(rows):
+        parent = ann.parents[u]
+        if u != 0 and (choice_at[parent] < 0 or ann.tokens[u] != choice_at[parent]):
+            continue  # not on the accepted path
         choice = int(topk[row, 0])
+        choice_at[u] = choice
         depth = ann.depths[u] + 1
         for cand in candidate_children(ann.tokens[u], ann.links[u], ann.trie, table, ann.root_row):
             estimates.record(_bucket(cand, ann.links[u], ann.trie, depth), cand[0] == choice)
