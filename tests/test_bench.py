@@ -395,6 +395,11 @@ def test_run_bench_capacity_variants_auto_and_repeats(lm, tokenizer, tmp_path):
     # the controller saw every step of both repeats (the rows keep the first run's)
     assert sum(report["used"].values()) == 2 * sum(r["steps"] for r in auto)
     assert report["steps_predicted"] == 2 * sum(r["steps"] for r in auto)
+    # The acceptance estimates' calibration, per method, as a plot.
+    cal = meta["calibration"]["racer@4"]
+    assert sum(cal["calibration_seen"]) > 0 and len(cal["calibration_seen"]) == 10
+    assert sum(cal["calibration_accepted"]) <= sum(cal["calibration_seen"])
+    assert (tmp_path / "calibration.png").is_file() and "calibration.png" in summary
     assert "| `racer@4` | 2 | 16 |" in summary
 
 

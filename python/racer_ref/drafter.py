@@ -283,7 +283,9 @@ class Drafter:
         """Update the copy-logit table (docs/explanation/spec.md step 8).
 
         Row ``token_ids[i]`` becomes ``topk_ids[i, :breadth]``; a token repeated in one call
-        keeps its last row. Which tokens to pass is the caller's choice: every prompt
+        keeps its last row. When the rows are about the last draft (all its nodes in order,
+        or its accepted path), the acceptance estimates learn from them first
+        (docs/explanation/expected-tree.md). Which tokens to pass is the caller's choice: every prompt
         position after prefill; after a verify pass every tree node (the paper's default,
         rejected ones included) or only the accepted ones.
 

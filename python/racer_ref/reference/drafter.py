@@ -214,7 +214,9 @@ class Drafter:
             topk_ids: ``(n, k')`` integer top-k' ids (``k' >= breadth``) of the target's
                 logits at each of those positions, best first.
 
-        Validated for every method; stored by the methods with a table.
+        Validated for every method; stored by the methods with a table. Beyond the paper:
+        when the rows are the last draft's nodes (all of them in order, or the accepted path),
+        the acceptance estimates learn from them first (``expected_tree.learn``).
 
         Raises:
             ValueError: bad shapes or an id outside ``[0, vocab_size)``.
