@@ -323,7 +323,7 @@ def test_expected_tree_at_a_smaller_capacity_is_the_best_prefix(tokenizer, backe
     from racer_ref import Drafter
 
     rng = np.random.default_rng(0)
-    d = Drafter("racer", vocab_size=len(tokenizer), capacity=64, backend=backend)
+    d = Drafter("racer", vocab_size=len(tokenizer), capacity=64, backend=backend, tree="expected")
     text = rng.integers(0, 200, 300)
     text = np.concatenate([text, text[:150]])
     d.observe(text, rng.integers(0, 200, (len(text), 8)))
@@ -348,7 +348,7 @@ def test_adaptive_drafter_is_lossless_and_predicts(lm, tokenizer):
     prompt = encode_prompt(tokenizer, "One two three four, one two three four, one two", chat=False)
     truth = greedy_reference(lm, prompt, 32)
     ctrl = CapacityController({1: 1.0, 4: 1.3, 16: 2.5}, min_timed=None)
-    drafter = AdaptiveDrafter(Drafter("racer", vocab_size=len(tokenizer), capacity=16), ctrl)
+    drafter = AdaptiveDrafter(Drafter("racer", vocab_size=len(tokenizer), capacity=16, tree="expected"), ctrl)
     result = generate(lm, tokenizer, prompt, max_new_tokens=32, drafter=drafter)
     drafter.finalize(result)
     assert result.token_ids == truth

@@ -87,9 +87,9 @@ def test_learning_labels_every_candidate_of_every_observed_node():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_drafter_settings_and_errors(backend):
-    d = Drafter("racer", vocab_size=20, capacity=8, breadth=2, backend=backend)
+    assert Drafter("racer", vocab_size=20, backend=backend).tree == "paper"  # the default
+    d = Drafter("racer", vocab_size=20, capacity=8, breadth=2, tree="expected", backend=backend)
     assert d.tree == "expected" and "tree='expected'" in repr(d._impl)
-    assert Drafter("racer", vocab_size=20, tree="paper", backend=backend).tree == "paper"
     with pytest.raises(ValueError, match='tree: unknown tree'):
         Drafter("racer", vocab_size=20, tree="best", backend=backend)
     with pytest.raises(TypeError, match="tree: must be a str"):

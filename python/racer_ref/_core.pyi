@@ -138,7 +138,7 @@ class Drafter:
         ngram: int = 10,
         max_nodes: int = 10_000,
         min_border_depth: int = 2,
-        tree: str = "expected",
+        tree: str = "paper",
     ) -> None: ...
     @property
     def method(self) -> str: ...

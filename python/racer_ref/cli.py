@@ -99,9 +99,9 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--backend", default="rust", choices=["rust", "python"],
                    help="drafter implementation (default rust)")
-    g.add_argument("--tree", default="expected", choices=["expected", "paper"],
-                   help="draft tree: expected (default, the nodes with the most expected accepted "
-                        "tokens) or paper (the paper's merge: retrieval first, then the logits tree)")
+    g.add_argument("--tree", default="paper", choices=["paper", "expected"],
+                   help="draft tree: paper (default: the paper's merge, retrieval first, then the "
+                        "logits tree) or expected (the nodes with the most expected accepted tokens)")
     g.add_argument("--seed", type=int, default=0)
 
 

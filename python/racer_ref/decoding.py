@@ -325,7 +325,7 @@ class RootOnlyDrafter:
 #: generate()'s drafter parameters and their values when neither the caller nor a given
 #: drafter sets them (the paper's: capacity 64, breadth k = 8, n-grams of 10, 10,000 nodes).
 DRAFTER_DEFAULTS = {"capacity": 64, "breadth": 8, "ngram": 10, "max_nodes": 10_000, "backend": "rust",
-                    "tree": "expected"}
+                    "tree": "paper"}
 
 
 def _drafter(drafter: Any, vocab_size: int, method: Optional[str], **given: Any) -> Any:
@@ -581,8 +581,8 @@ def generate(
             ``"rust"``). For every drafter parameter ``None`` means the default, or with
             ``drafter`` the drafter's own setting: a value that contradicts the given
             drafter raises ``ValueError`` instead of being ignored.
-        tree: ``"expected"`` (default: the draft tree with the most expected accepted
-            tokens, docs/explanation/expected-tree.md) or ``"paper"`` (the paper's merge),
+        tree: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
+            with the most expected accepted tokens, docs/explanation/expected-tree.md),
             passed to ``racer_ref.Drafter`` like the parameters above.
         temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
         top_p: nucleus sampling threshold in (0, 1] (with ``temperature > 0``).

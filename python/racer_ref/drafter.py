@@ -69,9 +69,10 @@ class Drafter:
     * ``"ar"``: the root only (plain autoregressive decoding).
 
     How the capacity is filled (``tree``, beyond the paper; docs/explanation/expected-tree.md):
-    ``"expected"`` (the default) keeps the ``capacity`` candidates with the highest
-    estimated path probability, from the union of the retrieval and logits candidates;
-    ``"paper"`` is the paper's merge (retrieval first, then the logits tree by Eq. 3).
+    ``"paper"`` (the default, which measured as good or better) is the paper's merge
+    (retrieval first, then the logits tree by Eq. 3); ``"expected"`` keeps the ``capacity``
+    candidates with the highest estimated path probability, from the union of the
+    retrieval and logits candidates.
     Both learn acceptance estimates from every verify pass (the ``observe()`` call about
     the last draft) and give the last draft's ``path_probs`` and ``expected_tokens``.
 

@@ -46,17 +46,17 @@ use crate::TokenId;
 /// ```
 /// use racer_ref::drafter::TreeKind;
 /// assert_eq!("paper".parse::<TreeKind>()?, TreeKind::Paper);
-/// assert_eq!(TreeKind::default().name(), "expected");
+/// assert_eq!(TreeKind::default().name(), "paper");
 /// assert!("best".parse::<TreeKind>().is_err());
 /// # Ok::<(), racer_ref::error::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TreeKind {
-    /// Beyond the paper (the default): the nodes with the most expected accepted tokens
+    /// Beyond the paper: the nodes with the most expected accepted tokens
     /// ([`crate::expected_tree`]).
-    #[default]
     Expected,
-    /// The paper's merge: retrieval first, then the logits tree by Eq. 3.
+    /// The paper's merge (the default): retrieval first, then the logits tree by Eq. 3.
+    #[default]
     Paper,
 }
 
@@ -226,7 +226,8 @@ pub struct DrafterConfig {
     pub max_nodes: i64,
     /// Shallowest border depth the automaton retrieves from (2: a border holds at least one context token before the root).
     pub min_border_depth: i64,
-    /// How the capacity is filled (default [`TreeKind::Expected`]).
+    /// How the capacity is filled (default [`TreeKind::Paper`], which measured as good or
+    /// better; see docs/explanation/expected-tree.md).
     pub tree: TreeKind,
 }
 
@@ -242,7 +243,7 @@ impl DrafterConfig {
             ngram: 10,
             max_nodes: 10_000,
             min_border_depth: 2,
-            tree: TreeKind::Expected,
+            tree: TreeKind::Paper,
         }
     }
 }
@@ -478,7 +479,9 @@ impl Drafter {
     ///
     /// ```
     /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
-    /// let mut d = Drafter::new(DrafterConfig { capacity: 8, ..DrafterConfig::new(Method::Logits, 20) })?;
+    /// use racer_ref::drafter::TreeKind;
+    /// let config = DrafterConfig { capacity: 8, tree: TreeKind::Expected, ..DrafterConfig::new(Method::Logits, 20) };
+    /// let mut d = Drafter::new(config)?;
     /// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
     /// assert_eq!(d.draft_at(2, None, Some(2))?.tokens, vec![2, 3]);
     /// let e = d.last_annotation().unwrap().expected_tokens();

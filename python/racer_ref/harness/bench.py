@@ -138,7 +138,7 @@ class MethodRunner:
         max_auto_capacity: largest capacity ``auto`` may pick.
         drafter_state: ``"per-request"`` (a fresh drafter for every prompt) or ``"shared"``
             (one drafter per method, kept across every prompt this runner decodes).
-        tree: ``"expected"`` or ``"paper"``, the draft tree of the tree methods
+        tree: ``"paper"`` (default) or ``"expected"``, the draft tree of the tree methods
             (docs/explanation/expected-tree.md).
 
     ``calibration`` collects, per method name, the acceptance estimates' calibration record
@@ -151,7 +151,7 @@ class MethodRunner:
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 128,
                  capacity: Union[int, str] = 64, temperature: float = 0.0,
                  eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = 64,
-                 breadth: int = 8, drafter_state: str = "per-request", tree: str = "expected") -> None:
+                 breadth: int = 8, drafter_state: str = "per-request", tree: str = "paper") -> None:
         if drafter_state not in DRAFTER_STATES:
             raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, "
                              f"got {drafter_state!r}")
@@ -408,7 +408,7 @@ def run_bench(
     plots: bool = True,
     repeats: int = 1,
     drafter_state: str = "per-request",
-    tree: str = "expected",
+    tree: str = "paper",
 ) -> List[Dict[str, Any]]:
     """Run every method on every prompt and write ``results.jsonl``, ``meta.json``,
     ``summary.md`` and the plots into ``out_dir``.
@@ -435,7 +435,7 @@ def run_bench(
         drafter_state: ``"per-request"`` (default) or ``"shared"``: one drafter per method
             for the whole run, warm-up included (the paper's evaluation; results then depend
             on prompt order, and with ``repeats > 1`` a repeat sees its prompt again).
-        tree: ``"expected"`` (default) or ``"paper"``: the tree methods' draft tree.
+        tree: ``"paper"`` (default) or ``"expected"``: the tree methods' draft tree.
 
     Returns:
         the rows written to ``results.jsonl``.

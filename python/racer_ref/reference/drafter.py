@@ -59,9 +59,10 @@ from racer_ref.reference.expected_tree import (
 )
 from racer_ref.tree import METHODS, DraftTree
 
-#: How a drafter fills its capacity: ``"expected"`` (the default; beyond the paper: the
-#: nodes with the most expected accepted tokens, see ``racer_ref.reference.expected_tree``)
-#: or ``"paper"`` (the paper's merge: retrieval first, then the logits tree by Eq. 3).
+#: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
+#: first, then the logits tree by Eq. 3; it measured as good or better) or ``"expected"``
+#: (beyond the paper: the nodes with the most expected accepted tokens, see
+#: ``racer_ref.reference.expected_tree``).
 TREES = ("expected", "paper")
 #: The methods whose tree depends on ``tree`` (pld drafts one chain, ar the root alone).
 ESTIMATED_METHODS = ("racer", "retrieval", "logits", "logits-last")
@@ -113,7 +114,7 @@ class Drafter:
             ``[1, vocab_size]``.
         ngram, max_nodes, min_border_depth: the automaton's parameters (paper 10, 10,000,
             2); validated for every method, used by ``racer`` and ``retrieval``.
-        tree: ``"expected"`` (default) or ``"paper"`` (one of ``TREES``): how ``racer``,
+        tree: ``"paper"`` (default) or ``"expected"`` (one of ``TREES``): how ``racer``,
             ``retrieval``, ``logits`` and ``logits-last`` fill the capacity; validated for
             every method (``pld`` and ``ar`` draft the same either way).
 
@@ -135,7 +136,7 @@ class Drafter:
         ngram: int = 10,
         max_nodes: int = 10_000,
         min_border_depth: int = 2,
-        tree: str = "expected",
+        tree: str = "paper",
     ) -> None:
         # Validate in the same order as the Rust core. Kinds first: the method must be a
         # string and every size an int (bool and float refused: TypeError); None means the
@@ -158,7 +159,7 @@ class Drafter:
         max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
         min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
         if tree is None:
-            tree = "expected"
+            tree = "paper"
         if not isinstance(tree, str):
             raise TypeError(f"tree: must be a str, got {type(tree).__name__}")
         if tree not in TREES:

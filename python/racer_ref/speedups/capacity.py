@@ -15,7 +15,9 @@ with ``E[a + 1 | C]`` the expected tokens per step (accepted drafts + the bonus 
   probability, and the expected tree at capacity C is the root plus the C - 1 most
   probable nodes, so ``E[a + 1 | C] = 1 + sum of the C - 1 largest path probabilities``
   (:func:`expected_tokens_by_capacity`). No running averages, no exploration: the
-  estimates learn from every verified node whatever the capacity.
+  estimates learn from every verify pass whatever the capacity. This is exact for
+  ``tree="expected"``; with the paper's merge (the default) the tree at C is the paper's,
+  not the C most probable nodes, so the prediction is an approximation.
 * ``T(C)``: :func:`profile_forward` times the target's verify pass over trees of several
   sizes on this device (once per model, device and dtype). While generating we time every
   step: a capacity with a few (``min_timed``) recent measured steps gets their median; the

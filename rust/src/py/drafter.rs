@@ -353,7 +353,7 @@ impl PyDrafter {
                         max_nodes=None, min_border_depth=None, tree=None))]
     #[pyo3(
         text_signature = "(method='racer', vocab_size=None, capacity=64, breadth=8, \
-                             ngram=10, max_nodes=10000, min_border_depth=2, tree='expected')"
+                             ngram=10, max_nodes=10000, min_border_depth=2, tree='paper')"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -406,7 +406,7 @@ impl PyDrafter {
                     return Err(Error::type_("tree", msg).into());
                 }
             },
-            _ => TreeKind::Expected,
+            _ => TreeKind::Paper,
         };
         let config = DrafterConfig { tree, ..config };
         Ok(PyDrafter {
