@@ -16,11 +16,9 @@ from models import OracleDrafter, greedy_reference, make_tree, single_thread, ti
 from racer_ref.harness import bench as B
 from racer_ref.harness import summary as S
 from racer_ref.harness.baselines import ForwardCounter, hf_generate, tokens_per_step
-from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, draft_context, priority_order,
-                                profile_forward,
-                                tokens_if_truncated, truncate_tree)
+from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, expected_tokens_by_capacity,
+                                         profile_forward)
 from racer_ref.harness.datasets import Prompt, encode_prompt
-from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
 from racer_ref.harness.trace import render_step, save_trace
 from racer_ref.hooks import StepRecorder, accepted_path
 
@@ -288,158 +286,84 @@ def test_save_trace_html_and_png(lm, tokenizer, tmp_path):
 # ----------------------------------------------------------------------------- capacity auto
 
 
-def _mixed_tree() -> DraftTree:
-    # root 0; retrieval chain 1 -> 4 -> 6; logits 2, 3 under root, 5 under 2; node 1 is "both".
-    tree = make_tree([10, 11, 12, 13, 14, 15, 16], [-1, 0, 0, 0, 1, 2, 4])
-    sources = np.array([0, SOURCE_BOTH, SOURCE_LOGITS, SOURCE_LOGITS, SOURCE_RETRIEVAL,
-                        SOURCE_LOGITS, SOURCE_RETRIEVAL], dtype=np.uint8)
-    return DraftTree(tree.tokens, tree.parents, tree.depths, tree.attention_mask,
-                     tree.retrieve_indices, sources)
+def test_expected_tokens_by_capacity():
+    # Path probabilities of a full draft, root first: the tree at C keeps the C - 1 best.
+    got = expected_tokens_by_capacity([1.0, 0.5, 0.9, 0.2], [1, 2, 3, 4, 10])
+    assert got == pytest.approx({1: 1.0, 2: 1.9, 3: 2.4, 4: 2.6, 10: 2.6})
 
 
-def test_priority_order_and_truncation():
-    tree = _mixed_tree()
-    assert priority_order(tree).tolist() == [0, 1, 4, 6, 2, 3, 5]
-    small = truncate_tree(tree, 4)
-    small.validate()
-    assert small.tokens.tolist() == [10, 11, 14, 16]  # the retrieval chain first
-    five = truncate_tree(tree, 5)
-    five.validate()
-    assert five.tokens.tolist() == [10, 11, 12, 14, 16] and five.parents.tolist() == [-1, 0, 0, 1, 3]
-    assert truncate_tree(tree, 7) is tree and truncate_tree(tree, 100) is tree
-    with pytest.raises(ValueError, match="capacity: expected an int >= 1"):
-        truncate_tree(tree, 0)
-
-
-def test_tokens_if_truncated():
-    tree = _mixed_tree()
-    # accepted path 0 -> 2 -> 5 (logits branch): kept whole only from capacity 7 on
-    got = tokens_if_truncated(tree, [0, 2, 5], [1, 2, 4, 5, 6, 7, 8])
-    assert got == {1: 1, 2: 1, 4: 1, 5: 2, 6: 2, 7: 3}
-    # accepted path 0 -> 1 -> 4: the retrieval chain, kept from capacity 3
-    assert tokens_if_truncated(tree, [0, 1, 4], [1, 2, 3]) == {1: 1, 2: 2, 3: 3}
-
-
-def test_truncation_of_real_drafts_stays_valid(tokenizer):
-    from racer_ref import Drafter
-
-    rng = np.random.default_rng(0)
-    d = Drafter("racer", vocab_size=len(tokenizer), capacity=64)
-    text = rng.integers(0, 200, 300)
-    text = np.concatenate([text, text[:150]])
-    d.observe(text, rng.integers(0, 200, (len(text), 8)))
-    d.commit(text)
-    for root in range(0, 200, 7):
-        tree = d.draft(int(root))
-        sources = set(tree.sources.tolist())
-        for c in (1, 2, 5, 16, 33):
-            t = truncate_tree(tree, c)
-            t.validate(vocab_size=len(tokenizer))
-            assert len(t) == min(c, len(tree))
-        if {SOURCE_RETRIEVAL, SOURCE_LOGITS} <= sources:
-            # retrieval nodes come before logits-only ones in the kept prefix
-            order = priority_order(tree)
-            kinds = [tree.sources[i] == SOURCE_LOGITS for i in order[1:]]
-            assert kinds == sorted(kinds)
-
-
-def test_controller_picks_the_best_tokens_per_second_and_explores():
-    ctrl = CapacityController({1: 1.0, 8: 1.2, 64: 4.0}, decay=0.5, explore_every=4)
-    ctrl.update_tokens({1: 1, 8: 2, 64: 3})
-    assert ctrl.choice == 8  # 2 / 1.2 beats 1 / 1.0 and 3 / 4.0
-    assert [ctrl.next_capacity() for _ in range(8)] == [8, 8, 8, 64, 8, 8, 8, 64]
-    ctrl.update_tokens({64: 7})  # EMA: 0.5 * 3 + 0.5 * 7 = 5 -> 5 / 4.0 = 1.25 < 2 / 1.2
-    assert ctrl.choice == 8
-    ctrl.update_tokens({64: 9})  # 7 -> 1.75 > 1.67
-    assert ctrl.choice == 64
-    ctrl.update_time(64, 8.0)  # the machine got twice slower: same ratios, same choice
-    assert ctrl.scale == 2.0 and ctrl.choice == 64
+def test_controller_maximises_expected_tokens_per_second():
+    ctrl = CapacityController({1: 1.0, 2: 1.1, 4: 2.0}, min_timed=None)
+    # E = 1, 1.9, 2.8 -> per second 1.0, 1.73, 1.4: C = 2, predicting 1.9 tokens.
+    assert ctrl.choose([1.0, 0.9, 0.8, 0.1]) == (2, pytest.approx(1.9))
+    # E = 1, 1.1: 1.0 per second both: the smaller capacity wins the tie.
+    assert ctrl.choose([1.0, 0.1]) == (1, 1.0)
+    # No estimates (a drafter without path probabilities): the largest candidate.
+    assert ctrl.choose(None) == (4, None)
+    # A capacity that turns out twice cheaper than profiled wins: T(4) = 1.0 measured (and
+    # the others as profiled).
+    ctrl = CapacityController({1: 1.0, 2: 1.1, 4: 2.0}, min_timed=1)
+    for c, t in ((1, 1.0), (2, 1.1), (4, 1.0)):
+        ctrl.update_time(c, t)
+    assert ctrl.step_seconds(4) == 1.0 and ctrl.choose([1.0, 0.9, 0.8, 0.1])[0] == 4
+    ctrl.update_tokens(2.8, 3)
+    ctrl.update_tokens(None, 1)  # no prediction: not counted
     rep = ctrl.report()
-    assert rep["choice"] == 64 and rep["used"] == {8: 6, 64: 2} and rep["explored_steps"] == 2
-    assert "capacity auto: chose C=64" in ctrl.describe()
-    # Exploring takes the largest capacity that costs at most explore_cost times the choice
-    # (2 by default), or else the next larger one; every explore_every steps (8).
-    profile = {1: 1.0, 2: 1.1, 8: 1.5, 16: 2.0, 64: 4.0}
-    ctrl = CapacityController(profile, explore_every=2, start=1)
-    assert [ctrl.next_capacity() for _ in range(4)] == [1, 16, 1, 16]
-    ctrl = CapacityController(profile, explore_every=2, start=1, explore_cost=1.25)
-    assert [ctrl.next_capacity() for _ in range(4)] == [1, 2, 1, 2]
-    ctrl = CapacityController(profile, explore_every=2, start=8, explore_cost=1.25)
-    assert [ctrl.next_capacity() for _ in range(4)] == [8, 16, 8, 16]  # 2.0 > 1.25 * 1.5: the next one
-    ctrl = CapacityController(profile, start=1, min_timed=None)
-    assert [ctrl.next_capacity() for _ in range(32)].count(16) == 4 and ctrl.explored == 4
-    # min_timed=None: T(C) is the profile times the measured scale, however C was measured.
-    for _ in range(5):
-        ctrl.update_time(2, 3.3)  # steps at 2 measured at 3x their profile
-    assert ctrl.scale == pytest.approx(3.0) and ctrl.step_seconds(64) == pytest.approx(12.0)
-    assert ctrl.step_seconds(2) == pytest.approx(3.3)
-    # Measured step times replace the profile once a capacity has min_timed of them.
-    ctrl = CapacityController({1: 1.0, 8: 4.0}, explore_every=0, min_timed=3)
-    ctrl.update_tokens({1: 1, 8: 2})
-    assert ctrl.choice == 1  # 1 / 1.0 beats 2 / 4.0 by the profile
-    for _ in range(3):
-        ctrl.update_time(8, 1.0)  # 8 nodes really cost 1.0 s here...
-    assert ctrl.step_seconds(8) == 1.0 and ctrl.step_seconds(1) == 0.25  # ...and 1 scales along
-    assert ctrl.choice == 1
-    for _ in range(3):
-        ctrl.update_time(1, 1.0)  # measured: one node costs as much as eight
-    assert ctrl.step_seconds(1) == 1.0 and ctrl.choice == 8
-    for _ in range(4 * ctrl.window):  # many steps later, those measurements are stale...
-        ctrl.next_capacity()
-    ctrl.update_time(8, 4.0)  # ...and the profile (times the scale) counts again
-    assert ctrl.step_seconds(1) == ctrl.forward_seconds[1] * ctrl.scale
-    with pytest.raises(ValueError, match="decay"):
-        CapacityController({1: 1.0}, decay=1.0)
-    with pytest.raises(ValueError, match="explore_cost"):
-        CapacityController({1: 1.0}, explore_cost=0.5)
-    with pytest.raises(ValueError, match="explore_every"):
-        CapacityController({1: 1.0}, explore_every=-1)
+    assert rep["used"] == {4: 1} and rep["predicted_tokens_per_step"] == 2.8
+    assert rep["realised_tokens_per_step"] == 3.0 and rep["steps_predicted"] == 1
+    assert "capacity auto: used 4 (100%)" in ctrl.describe()
     with pytest.raises(ValueError, match="min_timed"):
         CapacityController({1: 1.0}, min_timed=0)
     with pytest.raises(ValueError, match="forward_seconds"):
         CapacityController({})
 
 
-def test_adaptive_drafter_is_lossless_and_learns(lm, tokenizer):
+@pytest.mark.parametrize("backend", ["rust", "python"])
+def test_expected_tree_at_a_smaller_capacity_is_the_best_prefix(tokenizer, backend):
+    from racer_ref import Drafter
+
+    rng = np.random.default_rng(0)
+    d = Drafter("racer", vocab_size=len(tokenizer), capacity=64, backend=backend, tree="expected")
+    text = rng.integers(0, 200, 300)
+    text = np.concatenate([text, text[:150]])
+    d.observe(text, rng.integers(0, 200, (len(text), 8)))
+    d.commit(text)
+    for root in range(0, 200, 23):
+        full = d.draft(int(root))
+        probs = d.path_probs
+        assert probs[0] == 1.0 and np.all(probs[1:] <= probs[full.parents[1:]])
+        expected = expected_tokens_by_capacity(probs, [1, 2, 5, 16, 33])
+        for c in (1, 2, 5, 16, 33):
+            t = d.draft(int(root), capacity=c)
+            t.validate(vocab_size=len(tokenizer))
+            assert len(t) == min(c, len(full))
+            # The same nodes as the c most probable of the full tree, so the same E[a + 1].
+            assert d.expected_tokens == pytest.approx(expected[c])
+
+
+def test_adaptive_drafter_is_lossless_and_predicts(lm, tokenizer):
+    from racer_ref import Drafter
     from racer_ref.decoding import generate
 
-    prompt = encode_prompt(tokenizer, "abc", chat=False)
-    truth = greedy_reference(lm, prompt, 24)
-    # Oracle chains of 4 true tokens among decoys: larger trees keep more of the chain.
-    ctrl = CapacityController({1: 1.0, 2: 1.0, 4: 1.0, 16: 1.0}, explore_every=0, start=2)
-    drafter = AdaptiveDrafter(OracleDrafter(prompt, truth, len(tokenizer), depth=4, wrong=1), ctrl,
-                              contextual=False)
-    result = generate(lm, tokenizer, prompt, max_new_tokens=24, drafter=drafter)
+    prompt = encode_prompt(tokenizer, "One two three four, one two three four, one two", chat=False)
+    truth = greedy_reference(lm, prompt, 32)
+    ctrl = CapacityController({1: 1.0, 4: 1.3, 16: 2.5}, min_timed=None)
+    drafter = AdaptiveDrafter(Drafter("racer", vocab_size=len(tokenizer), capacity=16, tree="expected"), ctrl)
+    result = generate(lm, tokenizer, prompt, max_new_tokens=32, drafter=drafter)
     drafter.finalize(result)
     assert result.token_ids == truth
     assert [s.capacity for s in drafter.steps] == ctrl.used
-    assert drafter.steps[0].capacity == 2 and len(drafter.steps[0].tree) == 2
-    # all candidates cost the same, so the controller moves to the largest it has seen pay off
-    assert ctrl.choice == 16 and ctrl.used[-1] == 16
-    assert result.accepted_lengths[0] == 0 and max(result.accepted_lengths) == 4
-
-
-def test_controller_keeps_acceptance_per_draft_context():
-    # Drafts with retrieval nodes accept long paths, drafts without accept little: each
-    # context gets its own capacity, the costs are shared.
-    ctrl = CapacityController({1: 1.0, 2: 1.1, 16: 2.0}, explore_every=0, start=16, min_timed=1)
-    assert ctrl.next_capacity("retrieval") == 16 and ctrl.next_capacity("no retrieval") == 16
-    for _ in range(50):
-        ctrl.update_tokens({1: 1, 2: 2, 16: 5}, "retrieval")  # 5 / 2.0 beats 2 / 1.1
-        ctrl.update_tokens({1: 1, 2: 1, 16: 2}, "no retrieval")  # 1 / 1.0 beats 2 / 2.0
-    assert ctrl.choices["retrieval"] == 16 and ctrl.choices["no retrieval"] == 1
-    assert ctrl.next_capacity("retrieval") == 16 and ctrl.next_capacity("no retrieval") == 1
-    ctrl.update_time(1, 1.0)
-    ctrl.update_time(2, 1.1)
-    ctrl.update_time(16, 8.0)  # 16 nodes turn out to cost 8 s: 5 / 8 < 2 / 1.1
-    assert ctrl.choices["retrieval"] == 2 and ctrl.choices["no retrieval"] == 1
-    rep = ctrl.report()["contexts"]
-    assert rep["retrieval"]["choice"] == 2 and rep["retrieval"]["steps"] == 2
-    assert rep["no retrieval"]["used"] == {1: 1, 16: 1}
-    assert "retrieval: C=2" in ctrl.describe() and "no retrieval: C=1" in ctrl.describe()
-    tree = _mixed_tree()
-    assert draft_context(tree) == "retrieval"
-    assert draft_context(make_tree([1, 2, 3], [-1, 0, 1])) == "no retrieval"
+    assert all(len(s.tree) <= s.capacity for s in drafter.steps)
+    rep = ctrl.report()
+    assert rep["steps_predicted"] == len(drafter.steps)
+    assert rep["realised_tokens_per_step"] == pytest.approx(
+        sum(len(s.accepted) for s in drafter.steps) / len(drafter.steps), abs=1e-3)
+    assert rep["predicted_tokens_per_step"] >= 1.0
+    # A drafter without estimates gets its full tree every step.
+    ctrl = CapacityController({1: 1.0, 4: 1.0}, min_timed=None)
+    oracle = AdaptiveDrafter(OracleDrafter(prompt, truth, len(tokenizer), depth=4, wrong=1), ctrl)
+    result = generate(lm, tokenizer, prompt, max_new_tokens=24, drafter=oracle)
+    assert result.token_ids == truth[:24] and set(ctrl.used) == {4}
 
 
 def test_profile_forward_measures_every_size(lm):
@@ -464,12 +388,19 @@ def test_run_bench_capacity_variants_auto_and_repeats(lm, tokenizer, tmp_path):
     assert all(r["capacity"] == "auto" and sum(r["capacity_used"].values()) == r["steps"] for r in auto)
     meta = json.loads((tmp_path / "meta.json").read_text())
     report = meta["capacity_auto"]["racer@auto"]
-    assert str(report["choice"]) in report["expected_tokens"] and meta["repeats"] == 2
+    assert str(report["choice"]) in report["step_ms"] and meta["repeats"] == 2
     summary = (tmp_path / "summary.md").read_text()
-    assert "`racer@auto` capacity auto: chose " in summary and "shortest of the repeats" in summary
-    assert "retrieval: C=" in summary  # chosen per draft context
+    assert "`racer@auto` capacity auto: used " in summary and "shortest of the repeats" in summary
+    assert "tokens per step predicted " in summary  # predicted vs realised
     # the controller saw every step of both repeats (the rows keep the first run's)
-    assert sum(c["steps"] for c in report["contexts"].values()) == 2 * sum(r["steps"] for r in auto)
+    assert sum(report["used"].values()) == 2 * sum(r["steps"] for r in auto)
+    assert report["steps_predicted"] == 2 * sum(r["steps"] for r in auto)
+    # The acceptance estimates' calibration, per method, as a plot.
+    cal = meta["calibration"]["racer@4"]
+    # (the tiny random model rarely gives a root with candidates: few or no labels here)
+    assert len(cal["calibration_seen"]) == len(cal["calibration_predicted"]) == 10
+    assert all(a <= n for a, n in zip(cal["calibration_accepted"], cal["calibration_seen"]))
+    assert (tmp_path / "calibration.png").is_file() and "calibration.png" in summary
     assert "| `racer@4` | 2 | 16 |" in summary
 
 

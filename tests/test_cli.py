@@ -86,7 +86,8 @@ def test_generate_auto_capacity_against_our_own_greedy_loop(model_dir, capsys, m
             "--capacity", "auto", "--baseline", "ar", "--no-chat", "-"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "capacity auto: chose" in out and "retrieval: C=" in out  # a choice per draft context
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert "capacity auto: used " in flat and "tokens per step predicted " in flat  # predicted vs realised
     assert "speedup of racer over ar:" in out and "output identical: yes" in out
 
 

@@ -62,7 +62,8 @@ for b in (8, 4, 2, 1):
 def logits_tree_shape(k, capacity, backend="python"):
     rows = 5_000  # enough rows for every node these small trees expand
     drafter = racer_ref.Drafter(method="logits", vocab_size=k * rows + k + 1,
-                                capacity=capacity, breadth=k, backend=backend)
+                                capacity=capacity, breadth=k, backend=backend,
+                                tree="paper")  # the paper's Eq. 3 tree (see expected-tree.md)
     ids = np.arange(rows)
     drafter.observe(ids, k * ids[:, None] + 1 + np.arange(k)[None, :])
     tree = drafter.draft(0)
@@ -97,7 +98,7 @@ def draw(tree, name=lambda t: id_to_word[t]):
 
 
 drafter = racer_ref.Drafter(method="logits", vocab_size=len(vocab), capacity=8, breadth=3,
-                            backend="python")
+                            backend="python", tree="paper")
 drafter.observe([vocab[w] for w in fed], [[vocab[w] for w in row] for row in top3])
 tree = drafter.draft(vocab["the"])
 print("\n── 4. The logits tree for the root 'the' (k = 3, capacity 8)")
@@ -112,7 +113,7 @@ assert [id_to_word[int(t)] for t in tree.tokens] == ["the", "mat", "cat", "dog",
 # Last-logit (method "logits-last"): the root's children come from the top-k of the logits
 # that PRODUCED the root (passed as last_topk), not from the root's own table row.
 last = racer_ref.Drafter(method="logits-last", vocab_size=len(vocab), capacity=8, breadth=3,
-                         backend="python")
+                         backend="python", tree="paper")
 last.observe([vocab[w] for w in fed], [[vocab[w] for w in row] for row in top3])
 # The logits that produced the root "the" (after "on") ranked: the, a, top.
 tree = last.draft(vocab["the"], last_topk=[vocab[w] for w in ("the", "a", "top")])

@@ -62,7 +62,7 @@ automaton.extend(committed)
 print("\n── 2. The two sources")
 print("  retrieval paths:", [show(p) for p in automaton.retrieve(root, 16)])
 drafter = racer_ref.Drafter(method="racer", vocab_size=len(vocab), capacity=16, breadth=K,
-                            ngram=4, backend="python")
+                            ngram=4, backend="python", tree="paper")  # the paper's merge
 drafter.observe(committed, np.array(topk))  # the forward passes over the context (step 8)
 drafter.commit(committed)                   # the committed tokens (step 9)
 for w in ("return", "a", "-", "b"):
@@ -156,7 +156,7 @@ print(f"  emitted this step: {a + 1} tokens; the next root is {truth[a]!r}, pred
 
 # --8<-- [start:rust]
 fast = racer_ref.Drafter(method="racer", vocab_size=len(vocab), capacity=16, breadth=K,
-                         ngram=4, backend="rust")
+                         ngram=4, backend="rust", tree="paper")
 fast.observe(committed, np.array(topk))
 fast.commit(committed)
 rust_tree = fast.draft(root)

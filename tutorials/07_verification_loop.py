@@ -54,7 +54,7 @@ print(f"  greedy output ({N} tokens, {N} forward passes):", greedy)
 # The loop, written out. `racer_ref.verify` holds the three tensor steps (one forward pass
 # over the tree, greedy acceptance, KV compaction); the drafter is racer_ref.Drafter.
 K = 4
-drafter = Drafter(method="racer", vocab_size=64, capacity=16, breadth=K)
+drafter = Drafter(method="racer", vocab_size=64, capacity=16, breadth=K, tree="paper")
 cache = DynamicCache(config=model.config)
 print("\n── 2. The RACER loop, step by step")
 with torch.no_grad():

@@ -138,9 +138,20 @@ class Drafter:
         ngram: int = 10,
         max_nodes: int = 10_000,
         min_border_depth: int = 2,
+        tree: str = "paper",
     ) -> None: ...
     @property
     def method(self) -> str: ...
+    @property
+    def tree(self) -> str: ...
+    @property
+    def path_probs(self) -> Optional[Any]:
+        """``(n,)`` float64 path probabilities of the last draft, or None."""
+    @property
+    def expected_tokens(self) -> Optional[float]:
+        """``E[a + 1]`` of the last draft, or None."""
+    def acceptance_stats(self) -> Dict[str, Any]:
+        """The acceptance estimates' counts and calibration record."""
     @property
     def vocab_size(self) -> int: ...
     @property
@@ -159,7 +170,7 @@ class Drafter:
         """Copy-logit update: ``(n,)`` ids and ``(n, k' >= breadth)`` top-k ids."""
     def commit(self, token_ids: Any) -> None:
         """Committed output tokens ``(n,)``: automaton and PLD history."""
-    def draft(self, root: int, last_topk: Optional[Any] = None) -> DraftTreeArrays:
+    def draft(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTreeArrays:
         """The six ``DraftTree`` arrays for this step."""
     def table_row(self, token: int) -> List[int]:
         """Copy-logit row of ``token`` (``[]`` if unseen or the method has no table)."""

@@ -103,6 +103,9 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--backend", default="rust", choices=["rust", "python"],
                    help="drafter implementation (default rust)")
+    g.add_argument("--tree", default="paper", choices=["paper", "expected"],
+                   help="draft tree: paper (default: the paper's merge, retrieval first, then the "
+                        "logits tree) or expected (the nodes with the most expected accepted tokens)")
     g.add_argument("--seed", type=int, default=0)
 
 
@@ -248,7 +251,7 @@ def run_generate(args: argparse.Namespace) -> int:
     args.capacity = default_capacity(args.capacity, model)
     ids = encode_prompt(tokenizer, text, chat=not args.no_chat)
     runner = MethodRunner(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=args.capacity,
-                          temperature=args.temperature, backend=args.backend)
+                          temperature=args.temperature, backend=args.backend, tree=args.tree)
     if not args.no_warmup:
         for m in [args.method] + ([args.baseline] if args.baseline != "none" else []):
             runner.run(m, ids, max_new_tokens=4, seed=args.seed)
@@ -340,7 +343,7 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
                   backend=args.backend,
                   meta=meta, plots=not args.no_plots, repeats=args.repeats,
                   drafter_state=args.drafter_state, turns=args.turns,
-                  warmup_tokens=args.warmup_tokens)
+                  warmup_tokens=args.warmup_tokens, tree=args.tree)
     except ValueError as exc:
         raise SystemExit(f"racer-ref bench: error: {exc}")
     print((Path(args.out) / "summary.md").read_text())

@@ -324,7 +324,8 @@ class RootOnlyDrafter:
 
 #: generate()'s drafter parameters and their values when neither the caller nor a given
 #: drafter sets them (the paper's: capacity 64, breadth k = 8, n-grams of 10, 10,000 nodes).
-DRAFTER_DEFAULTS = {"capacity": 64, "breadth": 8, "ngram": 10, "max_nodes": 10_000, "backend": "rust"}
+DRAFTER_DEFAULTS = {"capacity": 64, "breadth": 8, "ngram": 10, "max_nodes": 10_000, "backend": "rust",
+                    "tree": "paper"}
 
 
 def _drafter(drafter: Any, vocab_size: int, method: Optional[str], **given: Any) -> Any:
@@ -343,6 +344,8 @@ def _drafter(drafter: Any, vocab_size: int, method: Optional[str], **given: Any)
         raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
     if given["backend"] is not None and given["backend"] not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
+    if given["tree"] is not None and given["tree"] not in ("expected", "paper"):
+        raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
     if drafter is None:
         method = "racer" if method is None else method
         if method == "ar":
@@ -403,7 +406,7 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
                 breadth: Any, ngram: Any, max_nodes: Any, backend: Any, temperature: Any, top_p: Any,
                 eos_token_id: Any, stop: Any, streamer: Any, callback: Any, drafter: Any,
                 observe_rejected: Any, seed: Any, generator: Any, cache: Any, logits_processor: Any = None,
-                stopping_criteria: Any = None) -> _Call:
+                stopping_criteria: Any = None, tree: Any = None) -> _Call:
     """Check every argument of :func:`generate` (its "Raises" section) and bundle them."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(model.config, "is_encoder_decoder", False):
@@ -449,7 +452,7 @@ def _check_call(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, me
     if capacity is None and drafter is None:  # the device's default (a given drafter brings its own)
         capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     drafter = _drafter(drafter, vocab_size, method, capacity=DEFAULT_GPU_CAPACITY if auto else capacity, breadth=breadth, ngram=ngram,
-                       max_nodes=max_nodes, backend=backend)
+                       max_nodes=max_nodes, backend=backend, tree=tree)
     if auto and not isinstance(drafter, RootOnlyDrafter):
         # A speed-up, imported only when asked for: the loop itself knows fixed capacities.
         from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
@@ -552,6 +555,7 @@ def generate(
     cache: Any = None,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
+    tree: Optional[str] = None,
 ) -> GenerationResult:
     """Decode one prompt with RACER (or another drafter) and the target's verification.
 
@@ -577,6 +581,9 @@ def generate(
             ``"rust"``). For every drafter parameter ``None`` means the default, or with
             ``drafter`` the drafter's own setting: a value that contradicts the given
             drafter raises ``ValueError`` instead of being ignored.
+        tree: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
+            with the most expected accepted tokens, docs/explanation/expected-tree.md),
+            passed to ``racer_ref.Drafter`` like the parameters above.
         temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
         top_p: nucleus sampling threshold in (0, 1] (with ``temperature > 0``).
         eos_token_id: int or list of ints; ``None`` takes the model's generation config
@@ -622,7 +629,7 @@ def generate(
     clock = _Clock(model)
     call = _check_call(model, tokenizer, prompt, max_new_tokens, method, capacity, breadth, ngram, max_nodes,
                        backend, temperature, top_p, eos_token_id, stop, streamer, callback, drafter,
-                       observe_rejected, seed, generator, cache, logits_processor, stopping_criteria)
+                       observe_rejected, seed, generator, cache, logits_processor, stopping_criteria, tree)
     clock.skip()  # the checks count in "total" only
     drafter, cache, out, k = call.drafter, call.cache, call.output, call.k
     output = out.token_ids  # new tokens, the root of the next step last

@@ -15,6 +15,8 @@ import functools
 import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
 
+import numpy as np
+
 from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: racer_ref.drafter.METHODS)
 
 _from_arrays = DraftTree.from_arrays
@@ -66,6 +68,14 @@ class Drafter:
       of the last n-gram of (committed tokens + root), n = 3 down to 1, up to 10 tokens;
     * ``"ar"``: the root only (plain autoregressive decoding).
 
+    How the capacity is filled (``tree``, beyond the paper; docs/explanation/expected-tree.md):
+    ``"paper"`` (the default, which measured as good or better) is the paper's merge
+    (retrieval first, then the logits tree by Eq. 3); ``"expected"`` keeps the ``capacity``
+    candidates with the highest estimated path probability, from the union of the
+    retrieval and logits candidates.
+    Both learn acceptance estimates from every verify pass (the ``observe()`` call about
+    the last draft) and give the last draft's ``path_probs`` and ``expected_tokens``.
+
     ``DraftTree.sources`` marks automaton and PLD nodes as retrieval, copy-logit nodes
     (``logits``, ``logits-last``) as logits, and nodes proposed by both trees of ``racer``
     as both. Node order: breadth-first, each node's children in insertion order (retrieval
@@ -77,7 +87,8 @@ class Drafter:
             drafter's parameters, passed as given to the backend; both take the same
             arguments with the same defaults and limits, documented on the twin,
             :class:`racer_ref.reference.drafter.Drafter` (``method`` one of ``METHODS``;
-            paper values capacity 64, breadth 8, ngram 10, max_nodes 10,000).
+            paper values capacity 64, breadth 8, ngram 10, max_nodes 10,000; ``tree``
+            ``"expected"`` or ``"paper"``).
         backend: ``"rust"`` (fast, the default) or ``"python"`` (the teaching twin);
             keyword only.
 
@@ -121,6 +132,7 @@ class Drafter:
         self._settings = dict(
             method=impl_.method, vocab_size=int(impl_.vocab_size), capacity=int(impl_.capacity),
             breadth=int(impl_.breadth), ngram=int(impl_.ngram), max_nodes=int(impl_.max_nodes),
+            tree=str(impl_.tree),
         )
         # One caller at a time (see "Threads"): the lock is held for one method call, or
         # for a whole claim(); _owner is the claiming thread's id, _holder names the claim.
@@ -204,6 +216,44 @@ class Drafter:
         return self._settings["max_nodes"]
 
     @property
+    def tree(self) -> str:
+        """How the capacity is filled: ``"expected"`` or ``"paper"``."""
+        return self._settings["tree"]
+
+    @property
+    def path_probs(self) -> Optional[np.ndarray]:
+        """``(n,)`` float64: each node's estimated path probability in the last draft
+        (node order, the root 1.0), until the ``observe()`` call about that draft; ``None``
+        then, before any draft, and for ``"pld"`` / ``"ar"``.
+
+        Raises:
+            DrafterInUseError: another thread is using the drafter.
+        """
+        return self._path_probs()
+
+    @_one_caller
+    def _path_probs(self) -> Optional[np.ndarray]:
+        return self._impl.path_probs
+
+    @property
+    def expected_tokens(self) -> Optional[float]:
+        """``E[a + 1] = 1 + sum of the last draft's path probabilities`` (root excluded),
+        or ``None`` as for ``path_probs``."""
+        return self._expected_tokens()
+
+    @_one_caller
+    def _expected_tokens(self) -> Optional[float]:
+        return self._impl.expected_tokens
+
+    @_one_caller
+    def acceptance_stats(self) -> dict:
+        """The learned acceptance estimates: integer ``seen`` / ``accepted`` counts per
+        bucket, and the calibration record (``calibration_seen``, ``calibration_accepted``,
+        ``calibration_predicted`` = sum of predictions, per bin of 0.1 of predicted
+        probability), ``num_labels``. Identical on both backends."""
+        return dict(self._impl.acceptance_stats())
+
+    @property
     def num_committed(self) -> int:
         """Tokens committed since construction or the last ``reset()``.
 
@@ -234,7 +284,9 @@ class Drafter:
         """Update the copy-logit table (docs/explanation/spec.md step 8).
 
         Row ``token_ids[i]`` becomes ``topk_ids[i, :breadth]``; a token repeated in one call
-        keeps its last row. Which tokens to pass is the caller's choice: every prompt
+        keeps its last row. When the rows are about the last draft (all its nodes in order,
+        or its accepted path), the acceptance estimates learn from them first
+        (docs/explanation/expected-tree.md). Which tokens to pass is the caller's choice: every prompt
         position after prefill; after a verify pass every tree node (the paper's default,
         rejected ones included) or only the accepted ones.
 
@@ -265,7 +317,7 @@ class Drafter:
         self._impl.commit(token_ids)
 
     @_one_caller
-    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
+    def draft(self, root: int, last_topk: Any = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree (docs/explanation/spec.md steps 2-4).
 
         Args:
@@ -273,6 +325,9 @@ class Drafter:
             last_topk: ``(k',)`` integer top-k' ids (``k' >= breadth``) of the logits that
                 produced the root; required by ``"logits-last"``, ignored (but validated)
                 by the other methods.
+            capacity: this step's capacity in ``[1, 4096]`` (``None``: the drafter's). With
+                ``tree="expected"`` the tree at ``capacity`` is exactly the first
+                ``capacity`` nodes of the tree at the drafter's capacity.
 
         Returns:
             A ``DraftTree`` with ``min(capacity, reachable unique nodes)`` nodes.
@@ -283,7 +338,7 @@ class Drafter:
             TypeError: a non-integer root or dtype.
             DrafterInUseError: another thread is using the drafter (see "Threads").
         """
-        tree = self._impl.draft(root, last_topk)
+        tree = self._impl.draft(root, last_topk, capacity)
         return _from_arrays(tree) if self._returns_tuple else tree
 
     @_one_caller

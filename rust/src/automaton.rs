@@ -239,7 +239,7 @@ pub struct Stats {
 ///
 /// ```
 /// use racer_ref::automaton::Paths;
-/// let p = Paths { tokens: vec![4, 5, 6, 4, 7], starts: vec![0, 3, 5] };
+/// let p = Paths { tokens: vec![4, 5, 6, 4, 7], starts: vec![0, 3, 5], freqs: vec![3, 2, 1, 3, 1] };
 /// assert_eq!(p.len(), 2);
 /// assert_eq!(p.get(1), &[4, 7]);
 /// assert_eq!(p.iter().collect::<Vec<_>>(), vec![&[4, 5, 6][..], &[4, 7][..]]);
@@ -251,6 +251,10 @@ pub struct Paths {
     pub tokens: Vec<TokenId>,
     /// Start of each path in `tokens`, then `tokens.len()` (empty when there is no path).
     pub starts: Vec<usize>,
+    /// Parallel to `tokens`: the frequency of each node in the retrieval tree (the merged
+    /// frequency it was selected with; for the root the largest border frequency, 0
+    /// without a border). Read by the acceptance estimates (`crate::expected_tree`).
+    pub freqs: Vec<u64>,
 }
 
 impl Paths {
@@ -332,6 +336,7 @@ impl Eq for Candidate {}
 struct Kept {
     token: u32,
     depth: u32,
+    freq: u64,
     first_child: u32,
     last_child: u32,
     next_sibling: u32,
@@ -348,6 +353,7 @@ struct Scratch {
     /// Depth-first walk: (kept index, entering?), and the current path.
     stack: Vec<(u32, bool)>,
     path: Vec<u32>,
+    path_freqs: Vec<u64>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -983,9 +989,11 @@ impl Automaton {
         // The borders are the trie nodes the root of the retrieval tree stands for: all
         // of them together are kept node 0, so their children are merged by token below.
         self.collect_borders(root, &mut sc.pool);
+        let root_freq = sc.pool.iter().map(|s| self.nodes[s.slot()].freq).max().unwrap_or(0);
         sc.kept.push(Kept {
             token: root,
             depth: 0,
+            freq: root_freq,
             first_child: NO_RANK,
             last_child: NO_RANK,
             next_sibling: NO_RANK,
@@ -1010,6 +1018,7 @@ impl Automaton {
             sc.kept.push(Kept {
                 token: c.token,
                 depth: c.depth,
+                freq: c.freq,
                 first_child: NO_RANK,
                 last_child: NO_RANK,
                 next_sibling: NO_RANK,
@@ -1114,20 +1123,25 @@ impl Automaton {
     fn write_paths(sc: &mut Scratch, out: &mut Paths) {
         out.tokens.clear();
         out.starts.clear();
+        out.freqs.clear();
         sc.path.clear();
+        sc.path_freqs.clear();
         sc.stack.clear();
         sc.stack.push((0, true));
         while let Some((k, entering)) = sc.stack.pop() {
             let node = sc.kept[k as usize];
             if !entering {
                 sc.path.pop();
+                sc.path_freqs.pop();
                 continue;
             }
             sc.path.push(node.token);
+            sc.path_freqs.push(node.freq);
             sc.stack.push((k, false));
             if node.first_child == NO_RANK {
                 out.starts.push(out.tokens.len());
                 out.tokens.extend_from_slice(&sc.path);
+                out.freqs.extend_from_slice(&sc.path_freqs);
                 continue;
             }
             // Push the children in reverse so that the first child is visited first.

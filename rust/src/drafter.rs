@@ -37,7 +37,52 @@ use crate::automaton::{Automaton, Paths};
 use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogitTable};
 use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
+use crate::expected_tree::{AcceptanceEstimates, Annotation, ExpectedTree, RetrievalTrie, Scratch};
 use crate::TokenId;
+
+/// How a drafter fills its capacity (methods `racer`, `retrieval`, `logits`,
+/// `logits-last`; `pld` and `ar` draft the same either way).
+///
+/// ```
+/// use racer_ref::drafter::TreeKind;
+/// assert_eq!("paper".parse::<TreeKind>()?, TreeKind::Paper);
+/// assert_eq!(TreeKind::default().name(), "paper");
+/// assert!("best".parse::<TreeKind>().is_err());
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TreeKind {
+    /// Beyond the paper: the nodes with the most expected accepted tokens
+    /// ([`crate::expected_tree`]).
+    Expected,
+    /// The paper's merge (the default): retrieval first, then the logits tree by Eq. 3.
+    #[default]
+    Paper,
+}
+
+impl TreeKind {
+    /// `"expected"` or `"paper"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TreeKind::Expected => "expected",
+            TreeKind::Paper => "paper",
+        }
+    }
+}
+
+impl FromStr for TreeKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<TreeKind> {
+        match s {
+            "expected" => Ok(TreeKind::Expected),
+            "paper" => Ok(TreeKind::Paper),
+            _ => Err(Error::value(
+                "tree",
+                format!("unknown tree {s:?}; expected \"expected\" or \"paper\""),
+            )),
+        }
+    }
+}
 
 /// Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
 pub const PLD_MAX_NGRAM: usize = 3;
@@ -181,6 +226,9 @@ pub struct DrafterConfig {
     pub max_nodes: i64,
     /// Shallowest border depth the automaton retrieves from (2: a border holds at least one context token before the root).
     pub min_border_depth: i64,
+    /// How the capacity is filled (default [`TreeKind::Paper`], which measured as good or
+    /// better; see docs/explanation/expected-tree.md).
+    pub tree: TreeKind,
 }
 
 impl DrafterConfig {
@@ -195,6 +243,7 @@ impl DrafterConfig {
             ngram: 10,
             max_nodes: 10_000,
             min_border_depth: 2,
+            tree: TreeKind::Paper,
         }
     }
 }
@@ -230,6 +279,14 @@ pub struct Drafter {
     paths: Paths,
     root_topk: Vec<TokenId>,
     chain: Vec<TokenId>,
+    // Acceptance estimates (beyond the paper) and the last draft's annotation, kept until
+    // the observe call about it.
+    estimates: AcceptanceEstimates,
+    trie: RetrievalTrie,
+    expected: ExpectedTree,
+    annotation: Annotation,
+    has_last: bool,
+    scratch: Scratch,
 }
 
 impl Drafter {
@@ -276,6 +333,12 @@ impl Drafter {
             paths: Paths::default(),
             root_topk: Vec::new(),
             chain: Vec::new(),
+            estimates: AcceptanceEstimates::new(),
+            trie: RetrievalTrie::default(),
+            expected: ExpectedTree::default(),
+            annotation: Annotation::default(),
+            has_last: false,
+            scratch: Scratch::default(),
         })
     }
 
@@ -297,6 +360,17 @@ impl Drafter {
     /// Number of tokens committed since the last reset.
     pub fn num_committed(&self) -> usize {
         self.num_committed
+    }
+
+    /// The acceptance estimates learned so far.
+    pub fn estimates(&self) -> &AcceptanceEstimates {
+        &self.estimates
+    }
+
+    /// The last draft's annotation (path probabilities...), until the `observe` call
+    /// about it; `None` after it, after a reset, and for `pld` and `ar`.
+    pub fn last_annotation(&self) -> Option<&Annotation> {
+        self.has_last.then_some(&self.annotation)
     }
 
     /// Copy-logit update (step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
@@ -321,16 +395,30 @@ impl Drafter {
         topk_ids: &[i64],
         topk_shape: [usize; 2],
     ) -> Result<()> {
-        match &mut self.table {
-            Some(t) => t.observe(token_ids, topk_ids, topk_shape),
-            // Same checks as the table would do, so every method rejects the same input.
-            None => check_observe(
+        // Same checks for every method, before anything changes.
+        check_observe(
+            token_ids,
+            topk_ids,
+            topk_shape,
+            self.vocab_size,
+            self.breadth,
+        )?;
+        // Beyond the paper: rows about the last draft become labelled samples (before the
+        // table takes the new rows). The last draft is learned from once.
+        if std::mem::take(&mut self.has_last) {
+            self.scratch.learn(
+                &self.annotation,
+                &self.trie,
                 token_ids,
                 topk_ids,
                 topk_shape,
-                self.vocab_size,
-                self.breadth,
-            ),
+                self.table.as_ref(),
+                &mut self.estimates,
+            );
+        }
+        match &mut self.table {
+            Some(t) => t.observe(token_ids, topk_ids, topk_shape),
+            None => Ok(()),
         }
     }
 
@@ -380,8 +468,38 @@ impl Drafter {
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
     pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
+        self.draft_at(root, last_topk, None)
+    }
+
+    /// [`Drafter::draft`] with this step's `capacity` (`None`: the drafter's). With
+    /// [`TreeKind::Expected`] the retrieval candidates still come from a retrieval at the
+    /// drafter's capacity, so the tree at `capacity` is exactly the first `capacity` nodes
+    /// of the tree at the drafter's capacity. Errors: as `draft`, and a capacity outside
+    /// `[1, MAX_CAPACITY]`.
+    ///
+    /// ```
+    /// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+    /// use racer_ref::drafter::TreeKind;
+    /// let config = DrafterConfig { capacity: 8, tree: TreeKind::Expected, ..DrafterConfig::new(Method::Logits, 20) };
+    /// let mut d = Drafter::new(config)?;
+    /// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
+    /// assert_eq!(d.draft_at(2, None, Some(2))?.tokens, vec![2, 3]);
+    /// let e = d.last_annotation().unwrap().expected_tokens();
+    /// assert_eq!(e, 1.5); // the prior of rank 0: 1 / 2
+    /// # Ok::<(), racer_ref::error::Error>(())
+    /// ```
+    pub fn draft_at(
+        &mut self,
+        root: i64,
+        last_topk: Option<&[i64]>,
+        capacity: Option<i64>,
+    ) -> Result<&FlatTree> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
+        let step_capacity = match capacity {
+            None => self.capacity,
+            Some(c) => check_capacity(c)?,
+        };
         let k = self.breadth;
         if let Some(rt) = last_topk {
             if rt.len() < k {
@@ -394,46 +512,20 @@ impl Drafter {
         }
         // Everything is valid from here on: the capacity was checked in `new`, the ids
         // just now, and the automaton's paths start with the root by construction.
-        let capacity = self.capacity;
+        let capacity = step_capacity;
         let no_paths = std::iter::empty::<&[TokenId]>();
+        self.has_last = false;
+        if self.config.method == Method::LogitsLast && last_topk.is_none() {
+            return Err(Error::value(
+                "last_topk",
+                "required by method \"logits-last\" (got None)",
+            ));
+        }
+        if self.config.method != Method::Pld && self.config.method != Method::Ar {
+            return Ok(self.draft_estimated(root, step_capacity, last_topk));
+        }
+        // pld and ar (the other methods returned above).
         let tree = match self.config.method {
-            Method::Racer | Method::Retrieval => {
-                // Always Some for these methods (see `new`); an error rather than a panic.
-                let automaton = self
-                    .automaton
-                    .as_mut()
-                    .ok_or_else(|| Error::value("method", "this drafter has no automaton"))?;
-                // Step 2, then steps 3-4 (the logits tree only for racer: `table` is None
-                // for retrieval).
-                automaton.retrieve_trusted(root, capacity, &mut self.paths);
-                self.builder.build_trusted(
-                    root,
-                    capacity,
-                    self.paths.iter(),
-                    self.table.as_ref(),
-                    None,
-                )
-            }
-            Method::Logits => {
-                self.builder
-                    .build_trusted(root, capacity, no_paths, self.table.as_ref(), None)
-            }
-            Method::LogitsLast => {
-                let rt = last_topk.ok_or_else(|| {
-                    Error::value("last_topk", "required by method \"logits-last\" (got None)")
-                })?;
-                // Checked above: at least k ids, all in the vocabulary (< 2^28), so the
-                // casts are exact. Only the first k are the root's children.
-                self.root_topk.clear();
-                self.root_topk.extend(rt[..k].iter().map(|&t| t as TokenId));
-                self.builder.build_trusted(
-                    root,
-                    capacity,
-                    no_paths,
-                    self.table.as_ref(),
-                    Some(&self.root_topk),
-                )
-            }
             Method::Pld => {
                 // The context is the committed tokens followed by the root; the one
                 // retrieval path is the root, then the copied chain.
@@ -446,11 +538,71 @@ impl Drafter {
                 let path = std::iter::once(&self.chain[..]);
                 self.builder.build_trusted(root, capacity, path, None, None)
             }
-            Method::Ar => self
+            _ => self
                 .builder
                 .build_trusted(root, capacity, no_paths, None, None),
         };
         Ok(tree)
+    }
+
+    /// The methods with acceptance estimates (racer, retrieval, logits, logits-last):
+    /// the retrieval trie with frequencies, then the expected tree or the paper's merge
+    /// (annotated with the same estimates). Arguments already checked.
+    fn draft_estimated(
+        &mut self,
+        root: TokenId,
+        capacity: usize,
+        last_topk: Option<&[i64]>,
+    ) -> &FlatTree {
+        let k = self.breadth;
+        let expected = self.config.tree == TreeKind::Expected;
+        if let Some(automaton) = self.automaton.as_mut() {
+            let budget = if expected { self.capacity } else { capacity };
+            automaton.retrieve_trusted(root, budget, &mut self.paths);
+        } else {
+            self.paths.tokens.clear();
+            self.paths.starts.clear();
+            self.paths.freqs.clear();
+        }
+        self.trie.rebuild(root, &self.paths.tokens, &self.paths.starts, &self.paths.freqs);
+        let root_row = match (self.config.method, last_topk) {
+            (Method::LogitsLast, Some(rt)) => {
+                // At least k ids, all in the vocabulary (< 2^28): the casts are exact.
+                self.root_topk.clear();
+                self.root_topk.extend(rt[..k].iter().map(|&t| t as TokenId));
+                Some(&self.root_topk[..])
+            }
+            _ => None,
+        };
+        self.has_last = true;
+        if expected {
+            return self.expected.build(
+                &mut self.builder,
+                root,
+                capacity,
+                &self.trie,
+                self.table.as_ref(),
+                root_row,
+                &self.estimates,
+                &mut self.annotation,
+            );
+        }
+        let flat = self.builder.build_trusted(
+            root,
+            capacity,
+            self.paths.iter(),
+            self.table.as_ref(),
+            root_row,
+        );
+        self.scratch.annotate(
+            flat,
+            &self.trie,
+            self.table.as_ref(),
+            root_row,
+            &self.estimates,
+            &mut self.annotation,
+        );
+        flat
     }
 
     /// Forget everything: automaton, copy-logit table, history.
@@ -472,6 +624,8 @@ impl Drafter {
         }
         self.history.clear();
         self.num_committed = 0;
+        self.estimates.reset();
+        self.has_last = false;
     }
 }
 

@@ -75,6 +75,7 @@ pub mod copy_logit;
 pub mod draft_tree;
 pub mod drafter;
 pub mod error;
+pub mod expected_tree;
 pub mod logits_tree;
 pub mod lru;
 

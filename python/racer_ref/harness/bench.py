@@ -162,6 +162,11 @@ class MethodRunner:
         max_auto_capacity: largest capacity ``auto`` may pick.
         drafter_state: ``"per-request"`` (a fresh drafter for every prompt) or ``"shared"``
             (one drafter per method, kept across every prompt this runner decodes).
+        tree: ``"paper"`` (default) or ``"expected"``, the draft tree of the tree methods
+            (docs/explanation/expected-tree.md).
+
+    ``calibration`` collects, per method name, the acceptance estimates' calibration record
+    (``Drafter.acceptance_stats()``) summed over the runs.
 
     Raises:
         ValueError: an unknown ``drafter_state``.
@@ -170,7 +175,7 @@ class MethodRunner:
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 128,
                  capacity: Union[int, str] = 64, temperature: float = 0.0,
                  eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = 64,
-                 breadth: int = 8, drafter_state: str = "per-request") -> None:
+                 breadth: int = 8, drafter_state: str = "per-request", tree: str = "paper") -> None:
         if drafter_state not in DRAFTER_STATES:
             raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, "
                              f"got {drafter_state!r}")
@@ -186,6 +191,8 @@ class MethodRunner:
         self.controllers: Dict[str, Any] = {}
         self.drafter_state = drafter_state
         self.drafters: Dict[str, Any] = {}  # shared mode: method name -> its one drafter
+        self.tree = tree
+        self.calibration: Dict[str, Dict[str, Any]] = {}
 
     def _sync(self) -> None:
         if getattr(self.model.device, "type", "cpu") == "cuda":
@@ -219,7 +226,7 @@ class MethodRunner:
                         if hasattr(self.model.config, "get_text_config") else self.model.config.vocab_size)
             size = max(ctrl.candidates) if ctrl is not None else (int(capacity) if capacity is not None else 64)
             inner = Drafter(method=method, vocab_size=vocab, capacity=size, breadth=self.breadth,
-                            backend=self.backend)
+                            backend=self.backend, tree=self.tree)
             if self.drafter_state == "shared":
                 self.drafters[key] = inner
         if ctrl is not None:
@@ -227,6 +234,22 @@ class MethodRunner:
 
             return AdaptiveDrafter(inner, ctrl)
         return inner
+
+    def _collect_calibration(self, name: str, drafter: Any) -> None:
+        """Add the run's calibration record to ``calibration[name]`` (shared mode: the
+        drafter's record so far, which already holds the earlier runs)."""
+        while drafter is not None and not hasattr(drafter, "acceptance_stats") and hasattr(drafter, "inner"):
+            drafter = drafter.inner
+        if drafter is None or not hasattr(drafter, "acceptance_stats"):
+            return
+        keys = ("calibration_seen", "calibration_accepted", "calibration_predicted")
+        stats = drafter.acceptance_stats()
+        old = self.calibration.get(name)
+        if old is None or self.drafter_state == "shared":
+            self.calibration[name] = {k: list(stats[k]) for k in keys}
+        else:
+            for k in keys:
+                old[k] = [a + b for a, b in zip(old[k], stats[k])]
 
     def run(self, method: str, prompt_ids: Sequence[int], max_new_tokens: Optional[int] = None,
             seed: Optional[int] = None, drafter_wrapper: Optional[Callable[[Any], Any]] = None,
@@ -267,7 +290,7 @@ class MethodRunner:
             capacity = self.capacity if own_capacity is None else own_capacity
         drafter = None
         if method != "ar" and (capacity == "auto" or self.drafter_state == "shared"
-                               or drafter_wrapper is not None):
+                               or drafter_wrapper is not None or method in TREE_METHODS):
             drafter = self._drafter(method, capacity, own_capacity)
         if drafter_wrapper is not None and drafter is not None:
             drafter = drafter_wrapper(drafter)
@@ -286,6 +309,7 @@ class MethodRunner:
         wall = time.perf_counter() - tic
         if hasattr(drafter, "finalize"):
             drafter.finalize(result)
+        self._collect_calibration(f"{method}@{own_capacity}" if own_capacity else method, drafter)
         used = None
         if capacity == "auto" and drafter is not None:
             steps = getattr(drafter, "steps", None) or getattr(getattr(drafter, "inner", None), "steps", [])
@@ -465,6 +489,7 @@ def run_bench(
     drafter_state: str = "per-request",
     turns: str = "all",
     warmup_tokens: Optional[int] = DEFAULT_WARMUP_TOKENS,
+    tree: str = "paper",
 ) -> List[Dict[str, Any]]:
     """Run every method on every prompt (every turn of it) and write ``results.jsonl``,
     ``meta.json``, ``summary.md`` and the plots into ``out_dir``.
@@ -496,6 +521,7 @@ def run_bench(
             context method's answers to the earlier ones (module docstring); ``"first"``: the
             first turn only.
         warmup_tokens: new tokens per warm-up run (>= 1), or None for ``max_new_tokens``.
+        tree: ``"paper"`` (default) or ``"expected"``: the tree methods' draft tree.
 
     Returns:
         the rows written to ``results.jsonl`` (one per prompt, turn and method; ``turn``
@@ -528,7 +554,7 @@ def run_bench(
     out.mkdir(parents=True, exist_ok=True)
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
                           temperature=temperature, eos_token_id=eos_token_id, backend=backend,
-                          drafter_state=drafter_state)
+                          drafter_state=drafter_state, tree=tree)
     # Later turns are asked after this method's answers, the same text for every method.
     context_method = "ar" if "ar" in methods else methods[0]
     n_turns = [len(p.turns) if turns == "all" else 1 for p in prompts]
@@ -536,7 +562,7 @@ def run_bench(
     info = run_metadata(model, max_new_tokens=max_new_tokens, capacity=capacity,
                         temperature=temperature, seed=seed, methods=methods, n_prompts=len(prompts),
                         n_generations=sum(n_turns), backend=backend, repeats=repeats,
-                        drafter_state=drafter_state, turns=turns,
+                        drafter_state=drafter_state, turns=turns, tree=tree,
                         multi_turn_prompts=sum(1 for n in n_turns if n > 1),
                         context_method=context_method if max(n_turns) > 1 else None,
                         warmup_runs=n_warmup, warmup_tokens=warm_tokens if n_warmup else None)
@@ -619,6 +645,8 @@ def run_bench(
     if runner.controllers:
         info["capacity_auto"] = {m: c.report() for m, c in runner.controllers.items()}
         info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
+    if runner.calibration:
+        info["calibration"] = runner.calibration  # predicted vs observed acceptance, per method
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     summarize(out, plots=plots)
     return rows
@@ -691,7 +719,7 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
     lines = ["# racer-ref benchmark", ""]
     keys = ["model", "device", "dtype", "attn_implementation", "torch_threads", "prepacked_linears", "routed_linears",
             "cpu", "load_average", "load_average_end", "source",
-            "max_new_tokens", "capacity", "temperature", "turns", "context_method", "drafter_state",
+            "max_new_tokens", "capacity", "tree", "temperature", "turns", "context_method", "drafter_state",
             "warmup_runs", "warmup_tokens", "seed", "repeats", "torch", "transformers", "date"]
     for k in keys:
         if k in meta and meta[k] is not None:
@@ -738,6 +766,10 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
                      for r in differ) + "\n")
     if plots:
         names = write_plots(rows, out, methods)
+        if meta.get("calibration"):
+            from racer_ref.harness.plots import plot_calibration
+
+            names.append(plot_calibration(meta["calibration"], out))
         text += "\n### Plots\n\n" + "\n".join(f"![{n}]({n})" for n in names) + "\n"
     (out / "summary.md").write_text(text)
     return text

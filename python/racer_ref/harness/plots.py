@@ -97,3 +97,39 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     written.append(_save(fig, ax, "Accepted lengths", out / "accepted_lengths.png"))
     return written
+
+
+def plot_calibration(calibration: Dict[str, Dict[str, Any]], out_dir: Union[str, Path]) -> str:
+    """``calibration.png``: predicted vs observed acceptance of the draft-tree candidates.
+
+    Args:
+        calibration: per method name, ``calibration_seen``, ``calibration_accepted`` and
+            ``calibration_predicted`` (sum of predictions) per bin of predicted probability
+            (``Drafter.acceptance_stats()``, summed over runs).
+
+    Returns:
+        the file name written. A well calibrated estimate lies on the diagonal.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.plot([0, 1], [0, 1], color="#888888", lw=0.8, ls="--", label="perfect")
+    colors = plt.get_cmap("tab10")
+    for j, (name, rec) in enumerate(calibration.items()):
+        seen = np.asarray(rec["calibration_seen"], dtype=float)
+        keep = seen > 0
+        if not keep.any():
+            continue
+        predicted = np.asarray(rec["calibration_predicted"], dtype=float)[keep] / seen[keep]
+        observed = np.asarray(rec["calibration_accepted"], dtype=float)[keep] / seen[keep]
+        ax.plot(predicted, observed, marker="o", color=colors(j % 10),
+                label=f"{name} ({int(seen.sum())} labels)")
+    ax.set_xlabel("predicted acceptance (mean per bin)")
+    ax.set_ylabel("observed acceptance")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7, frameon=False)
+    return _save(fig, ax, "Calibration of the acceptance estimates", Path(out_dir) / "calibration.png")

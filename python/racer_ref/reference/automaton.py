@@ -583,29 +583,47 @@ class Automaton:
         filled (and counted) part of the cache: every cached link stays correct (Part 3
         writes the link before its stamp), so later results are the same.
         """
+        return self.retrieve_counted(root, capacity)[0]
+
+    def retrieve_counted(self, root: int, capacity: int) -> Tuple[List[List[int]], List[List[int]]]:
+        """``retrieve()`` plus the frequency of every node of every path.
+
+        Returns:
+            ``(paths, freqs)``: ``paths`` as ``retrieve()`` returns them, and ``freqs[i][j]``
+            the frequency of node ``j`` of path ``i`` in the retrieval tree: the merged
+            frequency it was selected with, and for the root (``j = 0``) the largest
+            frequency of the borders (0 without a border). Along a path frequencies never
+            grow, so ``freqs[i][j + 1] / freqs[i][j]`` is how often that continuation
+            followed that context: the drafter's acceptance estimates read it
+            (``racer_ref.reference.expected_tree``).
+
+        Raises: as ``retrieve()``.
+        """
         root = _check_token("root", None, int_value(root, "root"))
         capacity = _check_capacity(int_value(capacity, "capacity"))
         self._check_intact()
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
-        # kept[r] = [token, depth, children ranks]; rank 0 is the root.
-        kept: List[list] = [[root, 0, []]]
+        # kept[r] = [token, depth, children ranks, freq]; rank 0 is the root, which stands
+        # for all borders at once: its frequency is the largest of theirs.
+        kept: List[list] = [[root, 0, [], max((b.freq for b in borders), default=0)]]
         # Heap entries: (-freq, depth, parent rank, token, trie nodes merged into it).
         # (parent rank, token) is unique, so the trie-node list is never compared.
         heap: List[tuple] = []
         if capacity > 1:
             self._offer_children(heap, 0, 0, borders)
         while len(kept) < capacity and heap:
-            _, depth, parent_rank, token, nodes = heapq.heappop(heap)
+            neg_freq, depth, parent_rank, token, nodes = heapq.heappop(heap)
             rank = len(kept)
-            kept.append([token, depth, []])
+            kept.append([token, depth, [], -neg_freq])
             kept[parent_rank][2].append(rank)
             if len(kept) < capacity:
                 self._offer_children(heap, rank, depth, nodes)
         # Depth-first walk of the kept tree, children in the order they were kept.
         paths: List[List[int]] = []
-        self._walk(kept, 0, [], paths)
-        return paths
+        freqs: List[List[int]] = []
+        self._walk(kept, 0, [], paths, [], freqs)
+        return paths, freqs
 
     @staticmethod
     def _offer_children(heap: List[tuple], rank: int, depth: int, nodes: List[_Node]) -> None:
@@ -621,12 +639,15 @@ class Automaton:
             heapq.heappush(heap, (-freq, depth + 1, rank, token, children))
 
     @classmethod
-    def _walk(cls, kept: List[list], rank: int, prefix: List[int], out: List[List[int]]) -> None:
+    def _walk(cls, kept: List[list], rank: int, prefix: List[int], out: List[List[int]],
+              freq_prefix: List[int], freqs_out: List[List[int]]) -> None:
         path = prefix + [kept[rank][0]]
+        freqs = freq_prefix + [kept[rank][3]]
         if not kept[rank][2]:
             out.append(path)
+            freqs_out.append(freqs)
         for child in kept[rank][2]:
-            cls._walk(kept, child, path, out)
+            cls._walk(kept, child, path, out, freqs, freqs_out)
 
     # ==================================================================================
     # Part 6. The canonical dump.

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from racer_ref.reference.automaton import Automaton, int_or_default, int_value
 from racer_ref.reference.copy_logit import (
     CopyLogitTable,
@@ -47,7 +49,23 @@ from racer_ref.reference.copy_logit import (
     check_token_ids,
 )
 from racer_ref.reference.draft_tree import build_draft_tree, check_capacity
+from racer_ref.reference.expected_tree import (
+    AcceptanceEstimates,
+    Annotation,
+    RetrievalTrie,
+    annotate,
+    build_expected_tree,
+    learn,
+)
 from racer_ref.tree import METHODS, DraftTree
+
+#: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
+#: first, then the logits tree by Eq. 3; it measured as good or better) or ``"expected"``
+#: (beyond the paper: the nodes with the most expected accepted tokens, see
+#: ``racer_ref.reference.expected_tree``).
+TREES = ("expected", "paper")
+#: The methods whose tree depends on ``tree`` (pld drafts one chain, ar the root alone).
+ESTIMATED_METHODS = ("racer", "retrieval", "logits", "logits-last")
 #: Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
 PLD_MAX_NGRAM = 3
 #: Prompt lookup: at most this many tokens are copied after the match.
@@ -96,6 +114,9 @@ class Drafter:
             ``[1, vocab_size]``.
         ngram, max_nodes, min_border_depth: the automaton's parameters (paper 10, 10,000,
             2); validated for every method, used by ``racer`` and ``retrieval``.
+        tree: ``"paper"`` (default) or ``"expected"`` (one of ``TREES``): how ``racer``,
+            ``retrieval``, ``logits`` and ``logits-last`` fill the capacity; validated for
+            every method (``pld`` and ``ar`` draft the same either way).
 
     ``None`` for a parameter means its default (as in ``Automaton``); ``vocab_size`` has
     no default.
@@ -115,6 +136,7 @@ class Drafter:
         ngram: int = 10,
         max_nodes: int = 10_000,
         min_border_depth: int = 2,
+        tree: str = "paper",
     ) -> None:
         # Validate in the same order as the Rust core. Kinds first: the method must be a
         # string and every size an int (bool and float refused: TypeError); None means the
@@ -136,6 +158,13 @@ class Drafter:
         ngram = int_or_default(ngram, "ngram", 10)
         max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
         min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
+        if tree is None:
+            tree = "paper"
+        if not isinstance(tree, str):
+            raise TypeError(f"tree: must be a str, got {type(tree).__name__}")
+        if tree not in TREES:
+            raise ValueError(f'tree: unknown tree {tree!r}; expected "expected" or "paper"')
+        self.tree = tree
         # Then ranges: the table, the capacity, the automaton.
         self.method = method
         # vocab_size and breadth first, so that the message names breadth as our caller
@@ -155,6 +184,10 @@ class Drafter:
         # PLD searches the committed tokens; the other methods only count them.
         self.history: list[int] = []
         self.num_committed = 0
+        # The acceptance estimates (learned from every verify pass) and what we remember
+        # of the last draft until the observe() call about it (see observe()).
+        self.estimates = AcceptanceEstimates()
+        self._last: Optional[Annotation] = None
         # True while changes are in flight; left True only if an interrupted commit()
         # could not be fully undone, or reset() itself was interrupted (see commit).
         self._torn = False
@@ -182,19 +215,27 @@ class Drafter:
             topk_ids: ``(n, k')`` integer top-k' ids (``k' >= breadth``) of the target's
                 logits at each of those positions, best first.
 
-        Validated for every method; stored by the methods with a table.
+        Validated for every method; stored by the methods with a table. Beyond the paper:
+        when the rows are the last draft's nodes (all of them in order, or the accepted path),
+        the acceptance estimates learn from them first (``expected_tree.learn``).
 
         Raises:
             ValueError: bad shapes or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. Nothing changes on error.
             RuntimeError: the drafter is torn (see ``reset()``).
         """
+        tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
         self._check_intact()
+        # Learning (beyond the paper): if these rows are the tree we drafted last (all its
+        # nodes, or its accepted path), each candidate child of each node is a labelled
+        # sample. Before the table takes the new rows: the candidates are those the draft
+        # saw. The last draft is forgotten either way: it is learned from once.
+        last, self._last = self._last, None
+        if last is not None:
+            learn(last, tokens.tolist(), kept, self.table, self.estimates)
         if self.table is not None:
-            # One call, all-or-nothing on its own; nothing else changes here.
-            self.table.observe(token_ids, topk_ids)
-        else:
-            check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
+            # One call, all-or-nothing on its own.
+            self.table.observe(tokens, kept)
 
     def commit(self, token_ids: Any) -> None:
         """Commit tokens that became output (spec step 9): automaton and PLD history.
@@ -244,7 +285,7 @@ class Drafter:
             self._torn = False
             raise
 
-    def draft(self, root: int, last_topk: Optional[Any] = None) -> DraftTree:
+    def draft(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree for ``root`` (spec steps 2-4).
 
         Args:
@@ -252,6 +293,11 @@ class Drafter:
             last_topk: ``(k',)`` integer top-k' ids (``k' >= breadth``) of the logits that
                 produced the root. Required by ``logits-last``; validated but unused by the
                 other methods.
+            capacity: this step's capacity, in ``[1, 4096]``; ``None``: the drafter's. With
+                ``tree="expected"`` the retrieval candidates still come from a retrieval at
+                the drafter's capacity, so the tree at ``capacity`` is exactly the first
+                ``capacity`` nodes of the tree at the drafter's capacity (what
+                ``--capacity auto`` relies on).
 
         Raises:
             ValueError: root or an id outside ``[0, vocab_size)``; ``last_topk`` too short,
@@ -260,6 +306,7 @@ class Drafter:
             RuntimeError: the drafter is torn (see ``reset()``).
         """
         root = check_token_id("root", root, self.vocab_size)
+        step_capacity = self.capacity if capacity is None else check_capacity(capacity)
         self._check_intact()
         topk: Optional[list[int]] = None
         if last_topk is not None:
@@ -272,25 +319,64 @@ class Drafter:
             topk = array[: self.breadth].tolist()
 
         method = self.method
-        if method in ("racer", "retrieval"):
-            # Step 2: the retrieval tree, as root-to-leaf paths; step 3 fills the rest
-            # from the table (racer only: the table is None for "retrieval").
-            paths = self.automaton.retrieve(root, self.capacity)
-            return build_draft_tree(root, self.capacity, paths, self.table)
-        if method == "logits":
-            # Token Recycling style: the logits tree alone.
-            return build_draft_tree(root, self.capacity, (), self.table)
-        if method == "logits-last":
-            if topk is None:
-                raise ValueError('last_topk: required by method "logits-last" (got None)')
-            # Last-logit: the root's children come from the logits that produced it.
-            return build_draft_tree(root, self.capacity, (), self.table, topk)
+        self._last = None
+        if method == "logits-last" and topk is None:
+            raise ValueError('last_topk: required by method "logits-last" (got None)')
+        if method in ESTIMATED_METHODS:
+            # Step 2: the retrieval tree, as root-to-leaf paths with their frequencies
+            # (racer and retrieval; the table is None for "retrieval").
+            paths: list = []
+            freqs: list = []
+            if self.automaton is not None:
+                budget = self.capacity if self.tree == "expected" else step_capacity
+                paths, freqs = self.automaton.retrieve_counted(root, budget)
+            trie = RetrievalTrie(root, paths, freqs)
+            # Last-logit mode: the root's children come from the logits that produced it.
+            root_row = topk if method == "logits-last" else None
+            if self.tree == "expected":
+                # Beyond the paper: the nodes with the highest path probability.
+                tree, self._last = build_expected_tree(
+                    root, step_capacity, trie, self.table, root_row, self.estimates)
+                return tree
+            # The paper's merge: retrieval first, then the logits tree fills the rest;
+            # annotated with the same estimates (path probabilities, labels).
+            tree = build_draft_tree(root, step_capacity, paths, self.table, root_row)
+            self._last = annotate(tree, trie, self.table, root_row, self.estimates)
+            return tree
         if method == "pld":
             # The context is the committed tokens followed by the root.
             chain = prompt_lookup(self.history + [root])
-            return build_draft_tree(root, self.capacity, [[root] + chain])
+            return build_draft_tree(root, step_capacity, [[root] + chain])
         # "ar": the root alone, i.e. plain autoregressive decoding.
-        return build_draft_tree(root, self.capacity)
+        return build_draft_tree(root, step_capacity)
+
+    @property
+    def path_probs(self) -> Optional[np.ndarray]:
+        """``(n,)`` float64: the estimated path probability of each node of the last draft
+        (node order; the root 1.0), or ``None`` (no draft since the last observe/reset, or
+        a method without estimates: pld, ar). ``E[a + 1] = path_probs.sum()``."""
+        self._check_intact()
+        return None if self._last is None else np.array(self._last.path, dtype=np.float64)
+
+    @property
+    def expected_tokens(self) -> Optional[float]:
+        """``E[a + 1] = 1 + sum of the last draft's path probabilities`` (root excluded),
+        or ``None`` as for ``path_probs``."""
+        self._check_intact()
+        return None if self._last is None else self._last.expected_tokens()
+
+    def acceptance_stats(self) -> dict:
+        """The estimates' integer counts and the calibration record: ``seen`` and
+        ``accepted`` per bucket (``NUM_BUCKETS``), ``calibration_seen``,
+        ``calibration_accepted`` and ``calibration_predicted`` (sum of the predictions)
+        per bin of predicted probability (10 bins of 0.1), and ``num_labels``."""
+        self._check_intact()
+        e = self.estimates
+        return dict(seen=list(e.seen), accepted=list(e.accepted),
+                    calibration_seen=list(e.calibration_seen),
+                    calibration_accepted=list(e.calibration_accepted),
+                    calibration_predicted=list(e.calibration_predicted),
+                    num_labels=e.num_labels)
 
     @property
     def automaton_nodes(self) -> int:
@@ -323,13 +409,15 @@ class Drafter:
             self.table.reset()
         self.history = []
         self.num_committed = 0
+        self.estimates.reset()
+        self._last = None
         self._torn = False
 
     def __repr__(self) -> str:
         return (
             f"Drafter(method={self.method!r}, vocab_size={self.vocab_size}, "
             f"capacity={self.capacity}, breadth={self.breadth}, ngram={self.ngram}, "
-            f"max_nodes={self.max_nodes})"
+            f"max_nodes={self.max_nodes}, tree={self.tree!r})"
         )
 
 

@@ -21,7 +21,7 @@ use super::{int_or_default, int_value, lock, type_name};
 
 use crate::copy_logit::CopyLogitTable;
 use crate::draft_tree::{check_tree_token, FlatTree, TreeBuilder};
-use crate::drafter::{Drafter, DrafterConfig, Method};
+use crate::drafter::{Drafter, DrafterConfig, Method, TreeKind};
 use crate::error::Error;
 use crate::{check_capacity, TokenId, MAX_CAPACITY};
 
@@ -349,11 +349,12 @@ impl PyDrafter {
     /// means its default, as in `Automaton` (`vocab_size` has none: it is required).
     #[new]
     #[pyo3(signature = (method=None, vocab_size=None, capacity=None, breadth=None, ngram=None,
-                        max_nodes=None, min_border_depth=None))]
+                        max_nodes=None, min_border_depth=None, tree=None))]
     #[pyo3(
         text_signature = "(method='racer', vocab_size=None, capacity=64, breadth=8, \
-                             ngram=10, max_nodes=10000, min_border_depth=2)"
+                             ngram=10, max_nodes=10000, min_border_depth=2, tree='paper')"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         method: Option<&Bound<'_, PyAny>>,
         vocab_size: Option<&Bound<'_, PyAny>>,
@@ -362,6 +363,7 @@ impl PyDrafter {
         ngram: Option<&Bound<'_, PyAny>>,
         max_nodes: Option<&Bound<'_, PyAny>>,
         min_border_depth: Option<&Bound<'_, PyAny>>,
+        tree: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let method: Method = match method {
             None => Method::Racer,
@@ -381,6 +383,8 @@ impl PyDrafter {
             }
         };
         let defaults = DrafterConfig::new(method, vocab_size);
+        // Checked after the sizes' kinds, as in the twin.
+        let tree_obj = tree;
         let config = DrafterConfig {
             capacity: int_or_default(capacity, "capacity", defaults.capacity)?,
             breadth: int_or_default(breadth, "breadth", defaults.breadth)?,
@@ -393,6 +397,17 @@ impl PyDrafter {
             )?,
             ..defaults
         };
+        let tree: TreeKind = match tree_obj {
+            Some(t) if !t.is_none() => match t.cast::<PyString>() {
+                Ok(name) => name.to_cow()?.parse()?,
+                Err(_) => {
+                    let msg = format!("must be a str, got {}", type_name(t));
+                    return Err(Error::type_("tree", msg).into());
+                }
+            },
+            _ => TreeKind::Paper,
+        };
+        let config = DrafterConfig { tree, ..config };
         Ok(PyDrafter {
             inner: Mutex::new(Drafter::new(config.clone())?),
             config,
@@ -430,6 +445,39 @@ impl PyDrafter {
         self.config.max_nodes
     }
 
+    /// `"expected"` or `"paper"`.
+    #[getter]
+    fn tree(&self) -> &'static str {
+        self.config.tree.name()
+    }
+
+    /// `(n,)` float64 path probabilities of the last draft's nodes, or None.
+    #[getter]
+    fn path_probs<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray1<f64>>>> {
+        let d = self.drafter()?;
+        Ok(d.last_annotation().map(|a| PyArray1::from_slice(py, &a.path)))
+    }
+
+    /// `E[a + 1]` of the last draft, or None.
+    #[getter]
+    fn expected_tokens(&self) -> PyResult<Option<f64>> {
+        Ok(self.drafter()?.last_annotation().map(|a| a.expected_tokens()))
+    }
+
+    /// The estimates' counts and calibration record, as a dict of lists.
+    fn acceptance_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let d = self.drafter()?;
+        let e = d.estimates();
+        let out = pyo3::types::PyDict::new(py);
+        out.set_item("seen", e.seen.to_vec())?;
+        out.set_item("accepted", e.accepted.to_vec())?;
+        out.set_item("calibration_seen", e.calibration_seen.to_vec())?;
+        out.set_item("calibration_accepted", e.calibration_accepted.to_vec())?;
+        out.set_item("calibration_predicted", e.calibration_predicted.to_vec())?;
+        out.set_item("num_labels", e.num_labels)?;
+        Ok(out)
+    }
+
     /// Tokens committed since the last reset.
     #[getter]
     fn num_committed(&self) -> PyResult<usize> {
@@ -458,19 +506,24 @@ impl PyDrafter {
     }
 
     /// Build this step's draft tree; returns the six `DraftTree` arrays as a tuple.
-    #[pyo3(signature = (root, last_topk=None))]
+    #[pyo3(signature = (root, last_topk=None, capacity=None))]
     fn draft<'py>(
         &self,
         py: Python<'py>,
         root: &Bound<'py, PyAny>,
         last_topk: Option<&Bound<'py, PyAny>>,
+        capacity: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let root = int_value(root, "root", None)?;
+        let capacity = match capacity {
+            Some(c) if !c.is_none() => Some(int_value(c, "capacity", None)?),
+            _ => None,
+        };
         let last_topk = last_topk
             .map(|rt| int_array(rt, "last_topk", 1))
             .transpose()?;
         let mut drafter = self.drafter()?;
-        let flat = drafter.draft(root, last_topk.as_ref().map(IntArg::values))?;
+        let flat = drafter.draft_at(root, last_topk.as_ref().map(IntArg::values), capacity)?;
         tree_to_py(py, flat)
     }
 
@@ -498,13 +551,14 @@ impl PyDrafter {
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
-            "Drafter(method='{}', vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={})",
+            "Drafter(method='{}', vocab_size={}, capacity={}, breadth={}, ngram={}, max_nodes={}, tree='{}')",
             c.method.name(),
             c.vocab_size,
             c.capacity,
             c.breadth,
             c.ngram,
-            c.max_nodes
+            c.max_nodes,
+            c.tree.name()
         )
     }
 }
