@@ -200,6 +200,18 @@ impl AcceptanceEstimates {
     }
 }
 
+/// Append `child` as the last child of `parent` in first-child / next-sibling lists (the
+/// retrieval trie and the expected tree keep their children this way, in offer order).
+fn append_child(first: &mut [u32], last: &mut [u32], next: &mut [u32], parent: u32, child: u32) {
+    let p = parent as usize;
+    if last[p] == NONE {
+        first[p] = child;
+    } else {
+        next[last[p] as usize] = child;
+    }
+    last[p] = child;
+}
+
 /// The retrieval tree as a trie with frequencies (node 0 is the root), rebuilt each step
 /// from the automaton's paths.
 #[derive(Debug, Clone, Default)]
@@ -228,14 +240,7 @@ impl RetrievalTrie {
                     Some(c) => c,
                     None => {
                         let c = self.push(tokens[i], freqs[i]);
-                        let p = node as usize;
-                        if self.last_child[p] == NONE {
-                            self.first_child[p] = c;
-                        } else {
-                            let l = self.last_child[p] as usize;
-                            self.next_sibling[l] = c;
-                        }
-                        self.last_child[p] = c;
+                        append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, node, c);
                         c
                     }
                 };
@@ -460,14 +465,7 @@ impl ExpectedTree {
             };
             let depth = self.depth[o.parent as usize] + 1;
             self.new_node(depth, o.cand.rc, o.p, o.q);
-            let p = o.parent as usize;
-            if self.last_child[p] == NONE {
-                self.first_child[p] = node;
-            } else {
-                let l = self.last_child[p] as usize;
-                self.next_sibling[l] = node;
-            }
-            self.last_child[p] = node;
+            append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, o.parent, node);
             if !builder.is_full() {
                 self.offer_children(node, o.cand.token, trie, table, root_row, est, &mut seq);
             }
