@@ -83,6 +83,18 @@ def test_fewest_steps_is_not_greedy():
         fewest_steps([0, -1, 0])
 
 
+def test_a_malformed_recording_is_refused():
+    good = periodic_recording(4)
+    with pytest.raises(ValueError, match="output_ids"):
+        Recording(good.prompt_ids, [], good.topk_ids[:6], vocab_size=8)
+    with pytest.raises(ValueError, match=r"topk_ids: expected shape \(10, k >= 1\), got \(9, 2\)"):
+        Recording(good.prompt_ids, good.output_ids, good.topk_ids[:9], vocab_size=8)
+    with pytest.raises(ValueError, match="vocab_size = 3"):
+        Recording(good.prompt_ids, good.output_ids, good.topk_ids, vocab_size=3)
+    with pytest.raises(ValueError, match="2-D integer"):
+        Recording(good.prompt_ids, good.output_ids, good.topk_ids.astype(float), vocab_size=8)
+
+
 def test_bad_arguments_are_named(recordings):
     model, recs = recordings
     with pytest.raises(ValueError, match="capacity"):

@@ -52,12 +52,32 @@ class Recording:
         topk_ids: ``(P + N, k)`` int64; row ``i`` is the target's top-k ids (best first)
             after token ``i`` of ``prompt_ids + output_ids``, as the loop computes them.
         vocab_size: the model's vocabulary size.
+
+    Raises:
+        ValueError: an empty prompt or output, ``topk_ids`` not of shape ``(P + N, k >= 1)``
+            with integer ids, or an id outside ``[0, vocab_size)``.
     """
 
     prompt_ids: List[int]
     output_ids: List[int]
     topk_ids: np.ndarray
     vocab_size: int
+
+    def __post_init__(self) -> None:
+        """Refuse a recording the replay cannot read: ``ValueError`` naming the field."""
+        if not self.prompt_ids:
+            raise ValueError("prompt_ids: expected at least one token id")
+        if not self.output_ids:
+            raise ValueError("output_ids: expected at least one token id")
+        topk = self.topk_ids
+        if not isinstance(topk, np.ndarray) or topk.ndim != 2 or topk.dtype.kind not in "iu":
+            raise ValueError("topk_ids: expected a 2-D integer numpy array")
+        rows = len(self.prompt_ids) + len(self.output_ids)
+        if topk.shape[0] != rows or topk.shape[1] < 1:
+            raise ValueError(f"topk_ids: expected shape ({rows}, k >= 1), got {tuple(topk.shape)}")
+        ids = np.concatenate([np.asarray(self.prompt_ids), np.asarray(self.output_ids), topk.ravel()])
+        if ids.min() < 0 or ids.max() >= self.vocab_size:
+            raise ValueError(f"topk_ids, prompt_ids, output_ids: ids must lie in [0, vocab_size = {self.vocab_size})")
 
     @property
     def k(self) -> int:
