@@ -279,13 +279,13 @@ def timing_warnings(rows: Sequence[dict], load_average: Optional[float], cores: 
             1-minute load average after the runs (``None``: unknown); cores: CPUs (``None``:
             unknown).
 
-    Two things are flagged: a busy machine (a load average above ``cores + 1``: the demo's own
+    Two things are flagged: a busy machine (a load average above ``cores + 0.5``: the demo's own
     threads count for about ``cores``), which slows RACER's many-token verify passes more than
     greedy's one-token steps; and a speedup above the MAT (+5%), which a tree that costs at
     least a one-token step cannot reach, so the clock was disturbed.
     """
     out = []
-    if load_average is not None and cores and load_average > cores + 1:
+    if load_average is not None and cores and load_average > cores + 0.5:
         out.append(f"The machine was busy (load average {load_average:.1f} on {cores} CPUs) while this ran: "
                    "other work slows RACER's tree passes more than greedy's one-token steps, so these "
                    "speedups are not RACER's. Rerun on a quiet machine.")
