@@ -31,6 +31,8 @@ from racer_ref.harness.replay import accepted_bound, record, replay
 from racer_ref.metrics import mean_accepted_tokens
 from racer_ref.reference.expected_tree import NUM_BUCKETS, AcceptanceEstimates, bucket_prior
 
+from mat_trees import add_prompt_set_args  # noqa: E402  (benchmarks/ is the script's folder)
+
 COLUMNS = [("racer", "paper"), ("racer", "expected"), ("racer", "fitted"), ("logits", "paper"),
            ("retrieval", "paper")]
 
@@ -69,13 +71,7 @@ def fitted_replay(recs, vocab, capacity):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset")
-    src.add_argument("--questions")
-    p.add_argument("--per-category", type=int, default=None)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--capacities", default="4,8,16,64")
+    add_prompt_set_args(p)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     args = p.parse_args()

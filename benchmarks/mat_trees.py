@@ -48,8 +48,8 @@ def report(args, variants, caps, lengths, lossless, done) -> None:
                       f, indent=1)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_prompt_set_args(p: argparse.ArgumentParser) -> None:
+    """The prompt set, output length and capacities (shared with ``mat_bound.py``)."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset")
     src.add_argument("--questions")
@@ -57,6 +57,11 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--capacities", default="4,8,16,64")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_prompt_set_args(p)
     p.add_argument("--methods", default="racer,logits,retrieval",
                    help="tree methods; racer runs with both trees, the others with --peer-trees")
     p.add_argument("--peer-trees", default="expected,paper")
