@@ -38,6 +38,7 @@ import torch
 
 from racer_ref.decoding import clip_draft_tree
 from racer_ref.metrics import mean_accepted_tokens
+from racer_ref.verify import accept_greedy
 
 __all__ = ["Recording", "record", "replay", "accepted_bound", "fewest_steps", "bound_mat"]
 
@@ -137,11 +138,11 @@ def replay(rec: Recording, drafter: Any) -> List[int]:
     while j < n - 1:
         root = full[p + j]
         tree = clip_draft_tree(drafter.draft(root, last_topk=topk[p + j - 1]), n - j - 2)
-        # Greedy acceptance: walk down the tree along the recorded continuation.
-        path = [0]
-        for i in range(1, len(tree)):  # breadth-first: a node's parent comes before it
-            if int(tree.parents[i]) == path[-1] and int(tree.tokens[i]) == full[p + j + len(path)]:
-                path.append(i)
+        # Greedy acceptance, as the loop does it (verify.accept_greedy); the target's choice
+        # after a node at depth d is the recorded token d + 1 places after the root (right
+        # on the accepted path, which is the only place acceptance reads it).
+        predicted = [full[p + j + 1 + int(d)] for d in tree.depths]
+        path, _ = accept_greedy(None, tree, predicted)
         a = len(path) - 1
         lengths.append(a)
         drafter.observe(tree.tokens[path], topk[p + j: p + j + a + 1])
