@@ -158,17 +158,13 @@ def test_demo_runs_racer_against_greedy(model_dir):
     assert "RACER (capacity 8) vs plain greedy, 8 new tokens" in text and "same output" in text
 
 
-def test_demo_flags_a_busy_machine_and_a_speedup_above_the_mat():
+def test_demo_flags_a_busy_machine():
     from racer_ref.demo import timing_warnings
 
-    rows = [{"prompt": "prose", "speedup": 0.9, "racer_mat": 1.2}, {"prompt": "code", "speedup": 1.67, "racer_mat": 1.6}]
-    assert timing_warnings(rows, 2.4, 2) == []  # load 2.4 on 2 CPUs: the demo's own threads; 1.67 < 1.05 * 1.6
-    busy = timing_warnings(rows, 2.6, 2)
+    assert timing_warnings(2.4, 2) == []  # load 2.4 on 2 CPUs: the demo's own threads
+    busy = timing_warnings(2.6, 2)
     assert len(busy) == 1 and "load average 2.6 on 2 CPUs" in busy[0]
-    assert timing_warnings(rows, None, None) == []  # load unknown
-    rows[1]["speedup"] = 1.7
-    assert timing_warnings(rows, 1.0, 2) == [
-        "code: the speedup 1.70x exceeds the MAT 1.60, which no tree can do: the timing was disturbed."]
+    assert timing_warnings(None, None) == [] and timing_warnings(9.0, None) == []  # unknown
 
 
 def test_text_streamer_never_prints_half_characters(tokenizer):

@@ -264,36 +264,31 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
     if "racer" in runner.controllers:
         console.print(runner.controllers["racer"].describe())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    for warning in timing_warnings(rows, load, os.cpu_count()):
+    for warning in timing_warnings(load, os.cpu_count()):
         console.print(f"[bold yellow]warning:[/bold yellow] {warning}")
     console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
                   "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
     return rows
 
 
-def timing_warnings(rows: Sequence[dict], load_average: Optional[float], cores: Optional[int]) -> List[str]:
+def timing_warnings(load_average: Optional[float], cores: Optional[int]) -> List[str]:
     """Why the printed speedups may not be trusted, as sentences (empty when nothing is wrong).
 
     Args:
-        rows: the demo's rows (``speedup``, ``racer_mat``, ``prompt``); load_average: the
-            1-minute load average after the runs (``None``: unknown); cores: CPUs (``None``:
-            unknown).
+        load_average: the 1-minute load average after the runs (``None``: unknown);
+            cores: CPUs (``None``: unknown).
 
-    Two things are flagged: a busy machine (a load average above ``cores + 0.5``: the demo's own
-    threads count for about ``cores``), which slows RACER's many-token verify passes more than
-    greedy's one-token steps; and a speedup above the MAT (+5%), which a tree that costs at
-    least a one-token step cannot reach, so the clock was disturbed.
+    A busy machine is flagged: a load average above ``cores + 0.5`` (the demo's own threads
+    count for about ``cores``), which slows RACER's many-token verify passes more than
+    greedy's one-token steps. (The demo's baseline is ``model.generate`` on stock kernels, so
+    "a speedup above the MAT", the check ``racer-ref bench`` and ``racer-ref generate`` make
+    against our own ``ar``, does not apply here: our kernels alone make a pass faster.)
     """
-    out = []
     if load_average is not None and cores and load_average > cores + 0.5:
-        out.append(f"The machine was busy (load average {load_average:.1f} on {cores} CPUs) while this ran: "
-                   "other work slows RACER's tree passes more than greedy's one-token steps, so these "
-                   "speedups are not RACER's. Rerun on a quiet machine.")
-    for row in rows:
-        if row["speedup"] > 1.05 * row["racer_mat"]:
-            out.append(f"{row['prompt']}: the speedup {row['speedup']:.2f}x exceeds the MAT {row['racer_mat']:.2f}, "
-                       "which no tree can do: the timing was disturbed.")
-    return out
+        return [f"The machine was busy (load average {load_average:.1f} on {cores} CPUs) while this ran: "
+                "other work slows RACER's tree passes more than greedy's one-token steps, so these "
+                "speedups are not RACER's. Rerun on a quiet machine."]
+    return []
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
