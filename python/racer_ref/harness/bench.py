@@ -647,6 +647,10 @@ def run_bench(
         info["capacity_auto_text"] = {m: c.describe() for m, c in runner.controllers.items()}
     if runner.calibration:
         info["calibration"] = runner.calibration  # predicted vs observed acceptance, per method
+    if info.get("cpu_kernels"):
+        from racer_ref.speedups.cpu_kernels import kernels_report
+
+        info["cpu_kernels"] = kernels_report(runner.model)  # again: the compiled passes' call counts
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     summarize(out, plots=plots)
     return rows
@@ -728,7 +732,9 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
     if kernels and kernels.get("choice"):
         lines.append("- cpu kernels (" + str(kernels.get("cpu_capability")) + "): " + "; ".join(
             f"{g} " + ", ".join(f"{c} rows {k}" for c, k in cl.items()) for g, cl in kernels["choice"].items())
-            + ("; direct forward" if kernels.get("fast_forward") else ""))
+            + ("; direct forward" if kernels.get("fast_forward") else "")
+            + (f"; compiled passes of {kernels['compiled_passes']['sizes']} tokens"
+               if kernels.get("compiled_passes") else ""))
     generations = len({(r["prompt_id"], r.get("turn", 1)) for r in rows})
     lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; generations (prompt, turn): "
                  f"{generations}; runs: {len(rows)}")

@@ -540,6 +540,8 @@ class FastForward:
         self.lm_head = model.lm_head
         self.layers = list(body.layers)
         self.hidden = int(model.config.hidden_size)
+        #: :class:`racer_ref.speedups.compiled.CompiledPasses` once compiled (opt-in), else None.
+        self.compiled: Any = None
 
     #: Keyword arguments the fast path reads; any other (or a positional argument) falls back.
     _KNOWN = frozenset({"input_ids", "attention_mask", "position_ids", "cache", "past_key_values", "use_cache"})
@@ -589,6 +591,13 @@ class FastForward:
         past = cache.get_seq_length()
         if position_ids is None:
             position_ids = torch.arange(past, past + n)[None]  # (1, n)
+        compiled = self.compiled
+        if compiled is not None and compiled.enabled and (n == 1 or mask is not None):
+            size = compiled.size_for(n)  # the opt-in compiled graphs (racer_ref.speedups.compiled)
+            if size is not None:
+                logits = compiled.run(input_ids, position_ids, mask, cache, size)
+                if logits is not None:
+                    return CausalLMOutputWithPast(logits=logits)
         h = self.embed(input_ids)  # (1, n, hidden)
         cos, sin = self.rotary(h, position_ids)  # (1, n, head_dim) each
         cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim): broadcast over heads
@@ -710,7 +719,10 @@ def kernels_report(model: Any) -> Optional[Dict[str, Any]]:
     if handle is None:
         return None
     report = handle.report()
-    report["fast_forward"] = getattr(handle, "fast_forward", None) is not None
+    fast = getattr(handle, "fast_forward", None)
+    report["fast_forward"] = fast is not None
+    compiled = getattr(fast, "compiled", None)
+    report["compiled_passes"] = compiled.report() if compiled is not None else None
     return report
 
 

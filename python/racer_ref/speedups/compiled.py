@@ -1,0 +1,300 @@
+"""Compiled verify passes on a CPU (opt-in): ``torch.compile`` with inductor's weight freezing.
+
+Why this exists
+---------------
+After :mod:`racer_ref.speedups.cpu_kernels` (oneDNN's prepacked linears and a direct forward),
+a pass of SmolLM2-135M on a 2-core AMD EPYC still streams the weights at about 11 GB/s, and a
+16-token pass costs about 1.7 one-token passes. Inductor, PyTorch's compiler, can do better
+*when the weights are constants*: with ``freezing`` and ``max_autotune`` it generates C++
+matrix kernels for the exact shapes of the model (its "CPP GEMM template", weights packed once
+into the kernel's blocks) and fuses the small operators between them. Measured on that machine
+(``benchmarks/compiled_passes.py``): a one-token pass 40 ms instead of 67-73, a 16-token pass
+72 ms instead of 118-135.
+
+The price is compile time: inductor's Python lowering of ~210 matrix products takes about two
+minutes per pass size on two cores, and it is paid in every process (with frozen weights
+inductor's on-disk graph cache does not apply). That is why this is **opt-in**
+(``racer-ref ... --compile 1,16``, or :func:`compile_passes`): worth it for a benchmark or a
+long batch, not for a one-off ``generate``.
+
+How it works
+------------
+- One compiled graph per *pass size* (rows): the whole model from token ids to logits, the
+  weights frozen into it. Shapes are static, so a tree pass of ``n`` nodes runs in the graph of
+  the smallest compiled size ``>= n``, padded with dummy rows (their outputs are dropped).
+  Calls no graph fits (the prefill, trees larger than every size) take the eager path.
+- Attention stays outside the compiled code: an opaque custom operator
+  (``racer_ref::cached_attention``) appends the real rows' keys and values to the KV cache and
+  runs ``scaled_dot_product_attention`` with the call's tree mask. The cache length and the mask
+  change every step; the graph never sees them, so nothing is recompiled. The operator finds
+  them in :data:`_CALL`, which :meth:`CompiledPasses.run` fills for the duration of one pass.
+- A call that would make ``torch.compile`` recompile (a changed guard) is not compiled again:
+  it takes the eager path and counts as a fallback.
+
+Same maths, another summation order: logits equal the eager path's to float rounding (checked
+for every size before use; greedy tokens can differ only at near-ties of two logits, as with
+any kernel choice). Extra memory: one packed copy of the weights per compiled size. The frozen
+weights are snapshots: after changing the model's weights, call :meth:`CompiledPasses.restore`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+#: The call in progress, read by the attention operator: ``cache``, ``mask`` (``None`` or
+#: ``(1, 1, rows, past + rows)`` additive float), ``rows`` (real rows, the rest is padding),
+#: ``scale`` and ``gqa``. Filled by :meth:`CompiledPasses.run` and cleared after the pass.
+_CALL: Dict[str, Any] = {}
+
+
+@torch.library.custom_op("racer_ref::cached_attention", mutates_args=())
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    """Attention of one layer against the KV cache of the call in :data:`_CALL`.
+
+    Args:
+        q: ``(1, heads, size, head_dim)`` float32 queries, rotary applied; rows past
+            ``_CALL["rows"]`` are padding.
+        k, v: ``(1, kv_heads, size, head_dim)`` the pass's new keys (rotary applied) and values.
+        layer: the layer's index in the cache.
+
+    Returns:
+        ``(1, heads, size, head_dim)`` contiguous; padding rows are zeros. Only the real rows'
+        keys and values are appended to the cache.
+    """
+    rows = _CALL["rows"]
+    keys, values = _CALL["cache"].update(k[:, :, :rows], v[:, :, :rows], layer)
+    out = F.scaled_dot_product_attention(q[:, :, :rows], keys, values, attn_mask=_CALL["mask"],
+                                         scale=_CALL["scale"], enable_gqa=_CALL["gqa"])
+    if rows < q.shape[2]:
+        out = F.pad(out, (0, 0, 0, q.shape[2] - rows))
+    return out.contiguous()
+
+
+@cached_attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+class _Passes(torch.nn.Module):
+    """The model's layers from padded token ids to logits, as :class:`FastForward` computes them,
+    with attention through :func:`cached_attention` (what ``torch.compile`` compiles)."""
+
+    def __init__(self, fast: Any) -> None:
+        super().__init__()
+        self.embed = fast.embed
+        self.layers = torch.nn.ModuleList(fast.layers)
+        self.norm = fast.norm
+        self.lm_head = fast.lm_head
+
+    def forward(self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        from racer_ref.speedups.cpu_kernels import _rms_norm, _rotate_half
+
+        size = ids.shape[1]
+        h = self.embed(ids)  # (1, size, hidden)
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            d = attn.head_dim
+            x = _rms_norm(layer.input_layernorm, h)
+            q = attn.q_proj(x).view(1, size, -1, d).transpose(1, 2)  # (1, heads, size, d)
+            k = attn.k_proj(x).view(1, size, -1, d).transpose(1, 2)  # (1, kv_heads, size, d)
+            v = attn.v_proj(x).view(1, size, -1, d).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            out = torch.ops.racer_ref.cached_attention(q, k, v, i)  # (1, heads, size, d)
+            h = h + attn.o_proj(out.transpose(1, 2).reshape(1, size, -1))
+            x = _rms_norm(layer.post_attention_layernorm, h)
+            mlp = layer.mlp
+            h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return self.lm_head(_rms_norm(self.norm, h))  # (1, size, vocab)
+
+
+class CompiledPasses:
+    """The compiled graphs of a model, one per pass size (installed on its :class:`FastForward`).
+
+    Attributes:
+        sizes: the compiled pass sizes (rows), ascending.
+        compile_seconds: ``{size: seconds}`` spent compiling and checking each.
+        max_rel_error: ``{size: max |compiled - eager| / max |eager|}`` of the check.
+        calls, fallbacks: passes run compiled / sent to the eager path by a guard failure.
+        enabled: ``False`` sends every call to the eager path.
+    """
+
+    def __init__(self, fast: Any) -> None:
+        self.fast = fast
+        self.module = _Passes(fast).eval()
+        self.compiled = None
+        self.sizes: List[int] = []
+        self.compile_seconds: Dict[int, float] = {}
+        self.max_rel_error: Dict[int, float] = {}
+        self.calls = 0
+        self.fallbacks = 0
+        self.enabled = True
+        self.threads = torch.get_num_threads()
+        cfg = fast.model.config
+        self.scale = float(fast.layers[0].self_attn.scaling)
+        self.gqa = int(cfg.num_attention_heads) != int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
+
+    def size_for(self, rows: int) -> Optional[int]:
+        """The smallest compiled size ``>= rows``, or ``None``."""
+        for size in self.sizes:
+            if size >= rows:
+                return size
+        return None
+
+    def run(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: Optional[torch.Tensor],
+            cache: Any, size: int, may_compile: bool = False) -> Optional[torch.Tensor]:
+        """One pass of ``rows = input_ids.shape[1] <= size`` tokens in the graph of ``size``.
+
+        Args:
+            input_ids, position_ids: ``(1, rows)`` int64.
+            mask: ``None`` (one row, or rows that see everything) or ``(1, 1, rows, past + rows)``
+                additive float32.
+            cache: the ``DynamicCache`` to append to.
+            size: a compiled size ``>= rows``.
+            may_compile: compile when no graph fits the call (only :func:`compile_passes` does).
+
+        Returns:
+            ``(1, rows, vocab)`` logits, or ``None`` when the call would recompile (then
+            nothing was computed and the cache is unchanged: take the eager path).
+        """
+        rows = input_ids.shape[1]
+        stance = "default" if may_compile else "fail_on_recompile"
+        try:
+            # Inputs made fresh inside inference mode: the graph's guards expect inference tensors.
+            with torch.inference_mode(), torch.compiler.set_stance(stance):
+                ids = F.pad(input_ids, (0, size - rows))  # (1, size): padding is token 0, dropped later
+                positions = torch.cat([position_ids, position_ids[:, -1:].expand(1, size - rows)], dim=1)
+                dummy = self.fast.embed.weight[:1, None]  # (1, 1, hidden): rotary reads its dtype/device
+                cos, sin = self.fast.rotary(dummy, positions)  # (1, size, head_dim) each
+                _CALL.update(cache=cache, mask=mask, rows=rows, scale=self.scale, gqa=self.gqa)
+                logits = self.compiled(ids.clone(), cos[:, None], sin[:, None])
+        except RuntimeError as exc:  # raised before the graph runs: nothing computed
+            if "Detected recompile" not in str(exc):
+                raise
+            self.fallbacks += 1
+            self.last_fallback = str(exc)
+            return None
+        finally:
+            _CALL.clear()
+        self.calls += 1
+        return logits[:, :rows]
+
+    def report(self) -> Dict[str, Any]:
+        """JSON-ready: sizes, compile seconds, check errors, calls and fallbacks."""
+        return {"sizes": list(self.sizes), "compile_seconds": {str(s): round(t, 1) for s, t in self.compile_seconds.items()},
+                "max_rel_error": {str(s): e for s, e in self.max_rel_error.items()},
+                "calls": self.calls, "fallbacks": self.fallbacks, "enabled": self.enabled,
+                "torch_threads": self.threads}
+
+    def restore(self) -> None:
+        """Stop using the compiled graphs (the model's eager fast path takes every call)."""
+        self.enabled = False
+        self.compiled = None
+        self.sizes = []
+        if getattr(self.fast, "compiled", None) is self:
+            self.fast.compiled = None
+
+
+def _check(passes: CompiledPasses, size: int) -> float:
+    """Compile ``size`` (its first call) and return the relative error of its logits against
+    the eager fast path's on a random pass over a short random prefix."""
+    from transformers import DynamicCache
+
+    from racer_ref.verify import tree_attention_bias
+
+    fast = passes.fast
+    model = fast.model
+    gen = torch.Generator().manual_seed(size)
+    prefix = torch.randint(0, int(model.config.vocab_size), (1, 5), generator=gen)
+    ids = torch.randint(0, int(model.config.vocab_size), (1, size), generator=gen)
+    positions = torch.arange(5, 5 + size)[None]
+    mask = None if size == 1 else tree_attention_bias(torch.ones(size, size, dtype=torch.bool).tril(), 5, torch.float32)
+    outs = []
+    for compiled in (False, True):
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            fast._forward(prefix, None, None, cache)  # eager prefill
+            if compiled:
+                got = passes.run(ids, positions, mask, cache, size, may_compile=True)
+                if got is None:
+                    raise RuntimeError(f"compiled passes: size {size} would not run compiled")
+                outs.append(got)
+            else:
+                outs.append(fast._forward(ids, mask, positions, cache).logits)
+            if cache.get_seq_length() != 5 + size:
+                raise RuntimeError(f"compiled passes: size {size} left {cache.get_seq_length()} cached tokens, "
+                                   f"expected {5 + size}")
+    want, got = outs
+    scale = float(want.abs().max()) or 1.0
+    return float((got - want).abs().max()) / scale
+
+
+#: The largest relative error of the compiled logits against the eager path's accepted.
+TOLERANCE = 1e-4
+
+
+def compile_passes(model: Any, sizes: Sequence[int], autotune: bool = True) -> CompiledPasses:
+    """Compile ``model``'s passes of ``sizes`` rows with inductor (weights frozen) and route
+    the calls that fit them through the compiled graphs.
+
+    Needs the direct forward of :func:`racer_ref.speedups.cpu_kernels.install_fast_forward`
+    (``speed_up_model`` installs it) and a C++ compiler (inductor's). Each size takes about two
+    minutes on two cores for SmolLM2-135M (seconds for a tiny test model).
+
+    Args:
+        model: a causal LM on the CPU, float32, with the direct forward installed.
+        sizes: pass sizes in rows (ints in 1..1024), e.g. ``(1, 16)`` for plain steps and trees
+            of up to 16 nodes.
+        autotune: let inductor time its C++ matrix kernels against ATen's (``max_autotune``);
+            ``False`` compiles faster and fuses only the small operators.
+
+    Returns:
+        the :class:`CompiledPasses` (also ``model.forward.compiled``).
+
+    Raises:
+        ValueError: bad ``sizes``; a model without the direct forward, not float32 or not on the CPU.
+        RuntimeError: a compiled size disagrees with the eager path beyond :data:`TOLERANCE`
+            (nothing is installed then).
+    """
+    from racer_ref.speedups.cpu_kernels import FastForward
+
+    try:
+        wanted = sorted({int(s) for s in sizes})
+    except (TypeError, ValueError):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}") from None
+    if not wanted or any(s < 1 or s > 1024 for s in wanted) or any(isinstance(s, bool) for s in sizes):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}")
+    fast = model.__dict__.get("forward")
+    if not isinstance(fast, FastForward):
+        raise ValueError("model: compile_passes needs the direct forward (speed_up_model or install_fast_forward first)")
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+        raise ValueError("model: compile_passes needs a float32 model on the CPU")
+    import torch._inductor.config as inductor
+
+    passes = CompiledPasses(fast)
+    patches = {"freezing": True}
+    if autotune:
+        patches.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN",
+                       autotune_num_choices_displayed=0,  # quiet: no timing table per product
+                       max_autotune_report_choices_stats=False)
+    # One graph per size: the compiled code object may hold that many (dynamo's limit is 8).
+    limit = {"recompile_limit": max(8, len(wanted) + 1)}
+    with inductor.patch(patches), torch._dynamo.config.patch(limit):
+        passes.compiled = torch.compile(passes.module, dynamic=False, options=None)
+        passes.sizes = wanted
+        for size in wanted:
+            tic = time.perf_counter()
+            error = _check(passes, size)
+            passes.compile_seconds[size] = time.perf_counter() - tic
+            passes.max_rel_error[size] = error
+            if not error <= TOLERANCE:
+                passes.restore()
+                raise RuntimeError(f"compiled passes: size {size} differs from the eager path "
+                                   f"(relative error {error:.2e} > {TOLERANCE})")
+    passes.calls = passes.fallbacks = 0
+    fast.compiled = passes
+    return passes
