@@ -5,6 +5,7 @@ racer-ref's CPU path (``T``), on the same model in one run, interleaved.
     .venv/bin/python benchmarks/bench_capacity.py --variants hf,ours,no-kernels,no-fast-forward
     .venv/bin/python benchmarks/bench_capacity.py --mat 64=3.34 16=2.6   # + predicted speedups
     .venv/bin/python benchmarks/bench_capacity.py --device cuda --dtype fp16 --variants hf,ours
+    .venv/bin/python benchmarks/bench_capacity.py --compile 1,2,4,8,16 --rounds 7   # + compiled passes
 
 Variants (one model, switched between passes):
 
@@ -14,6 +15,9 @@ Variants (one model, switched between passes):
   (``racer_ref.speedups.kv_cache``), the linear kernels chosen by ``racer_ref.speedups.cpu_kernels``
   and its direct forward.
 - ``no-kernels`` / ``no-fast-forward``: ``ours`` without the one or the other (what each adds).
+- ``compiled`` (with ``--compile SIZES``): ``ours`` with the passes of those sizes compiled by
+  inductor (``racer_ref.speedups.compiled``, opt-in; about two minutes per size to compile);
+  a pass of n nodes runs in the smallest compiled size >= n, other passes as ``ours``.
 
 A pass is one forward over a chain of n tree tokens after ``--prefix`` cached tokens (with the
 4-D tree mask for n > 1, exactly as ``racer_ref.verify.forward_tree``), plus the top-k over the
@@ -41,7 +45,7 @@ try:  # the package as installed by `make setup`, else straight from the source 
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-VARIANTS = ("hf", "ours", "no-kernels", "no-fast-forward")
+VARIANTS = ("hf", "ours", "no-kernels", "no-fast-forward", "compiled")
 
 
 def main() -> None:
@@ -55,8 +59,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--variants", default="hf,ours", help=f"comma-separated, from {', '.join(VARIANTS)}")
     p.add_argument("--mat", nargs="*", default=[], metavar="C=MAT")
+    p.add_argument("--compile", default="", metavar="SIZES",
+                   help="comma-separated pass sizes to compile (adds the 'compiled' variant)")
     args = p.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    compile_sizes = [int(s) for s in args.compile.split(",") if s.strip()]
+    if compile_sizes and "compiled" not in variants:
+        variants.append("compiled")
+    if "compiled" in variants and not compile_sizes:
+        p.error("--variants compiled needs --compile SIZES")
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         p.error(f"--variants: expected names from {VARIANTS}, got {args.variants!r}")
@@ -85,12 +96,22 @@ def main() -> None:
     print(kernels.describe())
     print(f"direct forward: {'installed' if fast else 'not available for this model'}; "
           f"attention {stock_attn} -> {ours_attn if gqa else stock_attn}")
+    compiled = None
+    if compile_sizes:
+        from racer_ref.speedups.compiled import compile_passes
+
+        if fast is None:
+            p.error("--compile: this model has no direct forward to compile")
+        compiled = compile_passes(model, compile_sizes)
+        print("compiled passes:", compiled.report())
 
     def setup(variant: str) -> None:
         stock = variant == "hf"
         kernels.enabled = bool(kernels.layers) and variant not in ("hf", "no-kernels")
         if fast is not None:
             fast.enabled = variant not in ("hf", "no-fast-forward")
+        if compiled is not None:
+            compiled.enabled = variant == "compiled"
         attn = stock_attn if stock else ours_attn
         if model.config._attn_implementation != attn:
             model.set_attn_implementation(attn)
@@ -137,24 +158,30 @@ def main() -> None:
     head = f"{'n':>4}"
     for v in variants:
         head += f" {v + ' med':>18} {'min':>7} {'/T(1)':>6}"
-    if "hf" in variants and "ours" in variants:
-        head += f" {'T/T_hf med':>10} {'min':>6}"
+    ours = [v for v in ("ours", "compiled") if v in variants]
+    if "hf" in variants:
+        for v in ours:
+            head += f" {(v + '/hf med')[:14]:>14} {'min':>6}"
     print(head)
     for n in sizes:
         row = f"{n:>4}"
         for v in variants:
             one = (sizes[0], v)
             row += f" {med[(n, v)]:>18.1f} {low[(n, v)]:>7.1f} {low[(n, v)] / low[one]:>6.2f}"
-        if "hf" in variants and "ours" in variants:
-            row += f" {med[(n, 'ours')] / med[(n, 'hf')]:>10.2f} {low[(n, 'ours')] / low[(n, 'hf')]:>6.2f}"
+        if "hf" in variants:
+            for v in ours:
+                row += f" {med[(n, v)] / med[(n, 'hf')]:>14.2f} {low[(n, v)] / low[(n, 'hf')]:>6.2f}"
         print(row)
     print("(ms; /T(1) is each variant's minimum over its own minimum at the smallest size)")
-    if "hf" in variants and "ours" in variants and {1, 8, 16} <= set(sizes):
-        checks = [("T(1) <= 0.8 T_hf(1)", low[(1, "ours")] / low[(1, "hf")], 0.8),
-                  ("T(8) <= 1.4 T(1)", low[(8, "ours")] / low[(1, "ours")], 1.4),
-                  ("T(16) <= 1.8 T(1)", low[(16, "ours")] / low[(1, "ours")], 1.8)]
-        print("targets (minima): " + "; ".join(f"{name}: {value:.2f} {'met' if value <= bound else 'NOT met'}"
-                                              for name, value, bound in checks))
+    if compiled is not None:
+        print(f"compiled passes run: {compiled.calls}, sent to the eager path: {compiled.fallbacks}")
+    for v in ours:
+        if "hf" in variants and {1, 8, 16} <= set(sizes):
+            checks = [("T(1) <= 0.8 T_hf(1)", low[(1, v)] / low[(1, "hf")], 0.8),
+                      ("T(8) <= 1.4 T(1)", low[(8, v)] / low[(1, v)], 1.4),
+                      ("T(16) <= 1.8 T(1)", low[(16, v)] / low[(1, v)], 1.8)]
+            print(f"targets, {v} (minima): " + "; ".join(f"{name}: {value:.2f} {'met' if value <= bound else 'NOT met'}"
+                                                        for name, value, bound in checks))
     for item in args.mat:
         c, mat = item.split("=")
         c, mat = int(c), float(mat)
