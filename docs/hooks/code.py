@@ -324,6 +324,9 @@ def bench_headline() -> str:
             continue
         agg = aggregate(r for r in rows if r["method"] == method)
         capacity = "" if "@" in method else f" (C = {meta.get('capacity', '?')})"
+        compiled = ((meta.get("cpu_kernels") or {}).get("compiled_passes") or {}).get("sizes")
+        if compiled:  # racer_ref.speedups.compiled (--compile) was on
+            capacity += f", compiled {','.join(map(str, compiled))}"
         machine = ", ".join(str(x) for x in (
             (meta.get("cpu") or meta.get("device") or "").replace("(R)", ""), f"{meta['torch_threads']} threads" if meta.get("torch_threads") else None,
             meta.get("dtype")) if x)
