@@ -62,15 +62,14 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     sizes = getattr(args, "compile", None)
     if sizes:
         from racer_ref.speedups.compiled import compile_passes
-        from racer_ref.speedups.cpu_kernels import FastForward
 
-        if not isinstance(model.__dict__.get("forward"), FastForward):
-            raise SystemExit(f"racer-ref {args.command}: error: --compile needs the CPU fast path of a "
-                             "Llama-like float32 model on the CPU (and --cpu-kernels auto)")
         print(f"compiling passes of {', '.join(map(str, sizes))} tokens (about two minutes each) ...",
               file=sys.stderr, flush=True)
         try:
             passes = compile_passes(model, sizes)
+        except ValueError as exc:  # checked before compiling: no fast path for this model
+            raise SystemExit(f"racer-ref {args.command}: error: --compile: {exc} (it needs a Llama-like "
+                             "float32 model on the CPU and --cpu-kernels auto)") from None
         except Exception as exc:  # no C++ compiler, an inductor failure: say so, do not run slower silently
             raise SystemExit(f"racer-ref {args.command}: error: --compile failed: {type(exc).__name__}: {exc}") from None
         print(f"compiled in {sum(passes.compile_seconds.values()):.0f} s", file=sys.stderr, flush=True)
@@ -404,8 +403,7 @@ def run_summarize(args: argparse.Namespace) -> int:
 
 def run_demo_cmd(args: argparse.Namespace) -> int:
     model, tokenizer = load(args)
-    capacity = args.capacity if args.compile is None else default_capacity(args.capacity, model)
-    run_demo(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=capacity)
+    run_demo(model, tokenizer, max_new_tokens=args.max_new_tokens, capacity=default_capacity(args.capacity, model))
     return 0
 
 

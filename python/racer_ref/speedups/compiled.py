@@ -8,8 +8,8 @@ a pass of SmolLM2-135M on a 2-core AMD EPYC still streams the weights at about 1
 *when the weights are constants*: with ``freezing`` and ``max_autotune`` it generates C++
 matrix kernels for the exact shapes of the model (its "CPP GEMM template", weights packed once
 into the kernel's blocks) and fuses the small operators between them. Measured on that machine
-(``benchmarks/compiled_passes.py``): a one-token pass 40 ms instead of 67-73, a 16-token pass
-72 ms instead of 118-135.
+(``benchmarks/bench_capacity.py --compile 1,2,4,8,16``): a one-token pass 38 ms instead of 90,
+a 16-token pass 92 ms instead of 143 (stock transformers: 95 and 205).
 
 The price is compile time: inductor's Python lowering of ~210 matrix products takes about two
 minutes per pass size on two cores, and it is paid in every process (with frozen weights
@@ -91,25 +91,11 @@ class _Passes(torch.nn.Module):
         self.lm_head = fast.lm_head
 
     def forward(self, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        from racer_ref.speedups.cpu_kernels import _rms_norm, _rotate_half
+        from racer_ref.speedups.cpu_kernels import decoder_logits
 
-        size = ids.shape[1]
         h = self.embed(ids)  # (1, size, hidden)
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            d = attn.head_dim
-            x = _rms_norm(layer.input_layernorm, h)
-            q = attn.q_proj(x).view(1, size, -1, d).transpose(1, 2)  # (1, heads, size, d)
-            k = attn.k_proj(x).view(1, size, -1, d).transpose(1, 2)  # (1, kv_heads, size, d)
-            v = attn.v_proj(x).view(1, size, -1, d).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            out = torch.ops.racer_ref.cached_attention(q, k, v, i)  # (1, heads, size, d)
-            h = h + attn.o_proj(out.transpose(1, 2).reshape(1, size, -1))
-            x = _rms_norm(layer.post_attention_layernorm, h)
-            mlp = layer.mlp
-            h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        return self.lm_head(_rms_norm(self.norm, h))  # (1, size, vocab)
+        return decoder_logits(self.layers, self.norm, self.lm_head, h, cos, sin,
+                              torch.ops.racer_ref.cached_attention)  # (1, size, vocab)
 
 
 class CompiledPasses:

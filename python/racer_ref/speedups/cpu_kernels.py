@@ -600,32 +600,56 @@ class FastForward:
                     return CausalLMOutputWithPast(logits=logits)
         h = self.embed(input_ids)  # (1, n, hidden)
         cos, sin = self.rotary(h, position_ids)  # (1, n, head_dim) each
-        cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim): broadcast over heads
         causal = mask is None and n > 1  # a prefill with an empty cache
-        sdpa = F.scaled_dot_product_attention
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            d = attn.head_dim
-            x = _rms_norm(layer.input_layernorm, h)  # (1, n, hidden)
-            q = attn.q_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, heads, n, d)
-            k = attn.k_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, kv_heads, n, d)
-            v = attn.v_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, kv_heads, n, d)
-            q = q * cos + _rotate_half(q) * sin  # rotary position embedding, as transformers'
-            k = k * cos + _rotate_half(k) * sin
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i: int) -> torch.Tensor:
             k, v = cache.update(k, v, i)  # (1, kv_heads, past + n, d) each
-            out = sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=attn.scaling,
-                       enable_gqa=q.shape[1] != k.shape[1])  # (1, heads, n, d)
-            h = h + attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))  # (1, n, hidden)
-            x = _rms_norm(layer.post_attention_layernorm, h)
-            mlp = layer.mlp
-            h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))  # (1, n, hidden)
-        h = _rms_norm(self.norm, h)
-        return CausalLMOutputWithPast(logits=self.lm_head(h))  # (1, n, vocab)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                  scale=self.layers[i].self_attn.scaling,
+                                                  enable_gqa=q.shape[1] != k.shape[1])  # (1, heads, n, d)
+
+        logits = decoder_logits(self.layers, self.norm, self.lm_head, h, cos[:, None], sin[:, None], attend)
+        return CausalLMOutputWithPast(logits=logits)  # (1, n, vocab)
 
     def restore(self) -> None:
         """Give the model its own forward back."""
         if self.model.__dict__.get("forward") is self:
             del self.model.__dict__["forward"]
+
+
+def decoder_logits(layers: Sequence[Any], norm: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tensor,
+                   cos: torch.Tensor, sin: torch.Tensor,
+                   attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """The decoder layers of a Llama-like model, then the final norm and the output layer: the
+    maths of :class:`FastForward` (and of the compiled passes, :mod:`racer_ref.speedups.compiled`).
+
+    Args:
+        layers: the model's decoder layers; norm, lm_head: its final norm and output layer.
+        h: ``(1, n, hidden)`` float32 token embeddings.
+        cos, sin: ``(1, 1, n, head_dim)`` the rotary tables of the n positions.
+        attend: ``(q, k, v, layer index) -> (1, heads, n, head_dim)``, given the rotated
+            ``(1, heads, n, d)`` queries and ``(1, kv_heads, n, d)`` new keys and values: it
+            appends them to the KV cache and attends (the caller's cache and mask).
+
+    Returns:
+        ``(1, n, vocab)`` logits.
+    """
+    n = h.shape[1]
+    for i, layer in enumerate(layers):
+        attn = layer.self_attn
+        d = attn.head_dim
+        x = _rms_norm(layer.input_layernorm, h)  # (1, n, hidden)
+        q = attn.q_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, heads, n, d)
+        k = attn.k_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, kv_heads, n, d)
+        v = attn.v_proj(x).view(1, n, -1, d).transpose(1, 2)  # (1, kv_heads, n, d)
+        q = q * cos + _rotate_half(q) * sin  # rotary position embedding, as transformers'
+        k = k * cos + _rotate_half(k) * sin
+        out = attend(q, k, v, i)  # (1, heads, n, d)
+        h = h + attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))  # (1, n, hidden)
+        x = _rms_norm(layer.post_attention_layernorm, h)
+        mlp = layer.mlp
+        h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))  # (1, n, hidden)
+    return lm_head(_rms_norm(norm, h))  # (1, n, vocab)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
