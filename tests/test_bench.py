@@ -435,6 +435,7 @@ def test_shared_drafter_state_keeps_one_drafter_per_method(lm, tokenizer, tmp_pa
         B.MethodRunner(lm, tokenizer, drafter_state="global")
 
 
+@pytest.mark.shared_data("specbench")
 def test_gpu_check_script_dry_run_on_cpu(tmp_path, tokenizer):
     """benchmarks/gpu_check.py is only run on a GPU machine; its --dry-run runs it on the CPU."""
     import importlib.util

@@ -20,9 +20,13 @@ from racer_ref.harness import datasets as D
     [
         ("humaneval", 164, "HumanEval/0", "humaneval", "def has_close_elements("),
         ("mtbench", 80, "81", "writing", "Compose an engaging travel blog post"),
-        ("specbench", 480, "81", "writing", "Compose an engaging travel blog post"),
-        ("gsm8k", 1319, "gsm8k/0", "gsm8k", "Janet\u2019s ducks lay 16 eggs"),
-        ("mgsm", 250, "mgsm/0", "mgsm", "Janet\u2019s ducks lay 16 eggs"),
+        # These three are read from the shared data folder (tests/conftest.py: shared_data).
+        pytest.param("specbench", 480, "81", "writing", "Compose an engaging travel blog post",
+                     marks=pytest.mark.shared_data("specbench")),
+        pytest.param("gsm8k", 1319, "gsm8k/0", "gsm8k", "Janet\u2019s ducks lay 16 eggs",
+                     marks=pytest.mark.shared_data("gsm8k")),
+        pytest.param("mgsm", 250, "mgsm/0", "mgsm", "Janet\u2019s ducks lay 16 eggs",
+                     marks=pytest.mark.shared_data("mgsm")),
     ],
 )
 def test_named_datasets_load_in_file_order(name, count, first_id, first_category, snippet):
@@ -35,6 +39,7 @@ def test_named_datasets_load_in_file_order(name, count, first_id, first_category
     assert all(p.chat for p in prompts)
 
 
+@pytest.mark.shared_data("specbench")
 def test_specbench_categories_and_turns():
     prompts = D.load_dataset("specbench")
     counts = Counter(p.category for p in prompts)
@@ -50,6 +55,7 @@ def test_specbench_categories_and_turns():
     assert all(len(p.turns) == 1 for p in prompts if p.category in ("translation", "rag", "qa"))
 
 
+@pytest.mark.shared_data("specbench")
 def test_specbench_three_per_category_is_the_issue_subset():
     prompts = D.load_prompts(dataset="specbench", per_category=3)
     assert len(prompts) == 39

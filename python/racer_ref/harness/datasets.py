@@ -85,7 +85,9 @@ def shared_dir() -> Path:
         if (path / "data").is_dir():
             return path
     raise FileNotFoundError(
-        "shared data folder not found; set RACER_REF_SHARED to the folder holding data/ "
+        "shared data folder not found (it holds the Spec-Bench, GSM8K and MGSM prompt files; "
+        "the documentation's Benchmarks page, 'Prompt sets', says where to get them); set "
+        "RACER_REF_SHARED to the folder holding data/ "
         f"(looked in: {', '.join(str(p) for p in candidates)})"
     )
 
