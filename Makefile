@@ -28,7 +28,7 @@ endif
 # pip (also when maturin calls it) reads its constraints from PIP_CONSTRAINT.
 WITH_LOCK = $(if $(LOCK),PIP_CONSTRAINT=$(abspath $(LOCK)))
 
-.PHONY: setup demo test test-rust test-python test-install docs docs-serve lock clean
+.PHONY: setup demo test test-rust test-python test-install wheel test-wheel docs docs-serve lock clean
 
 setup: $(DEPS) $(EXT)
 
@@ -82,6 +82,43 @@ test-install:
 	@echo "core + hf install: $$(du -sh $(INSTALL_VENV) | cut -f1), $$($(INSTALL_VENV)/bin/python -m pip list --format=freeze | wc -l) packages"
 	rm -rf $(INSTALL_VENV)
 
+# A binary wheel for a class (docs: Course kit, "Publishing the wheel for a class"): students
+# pip install it without a Rust toolchain. One wheel for CPython 3.10 and later (pyo3's abi3),
+# tagged manylinux2014: it runs on Linux with glibc 2.17 or newer. A plain build links against
+# this machine's glibc (2.28+ symbols), so maturin links with zig (the ziglang package, in
+# .venv) against glibc 2.17, and its auditwheel check fails the build if the extension still
+# needs more than the tag allows. Written to $(WHEEL_DIR)/.
+WHEEL_DIR ?= dist
+ZIGLANG   ?= ziglang==0.17.1
+ZIG_DEPS   = $(VENV)/.ziglang-installed
+$(ZIG_DEPS): | $(DEPS)
+	$(PY) -m pip install --quiet "$(ZIGLANG)"
+	touch $@
+
+wheel: setup $(ZIG_DEPS)
+	rm -f $(WHEEL_DIR)/racer_ref-*.whl
+	PATH=$(abspath $(VENV))/bin:$$PATH VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build --release --quiet \
+		--zig --compatibility manylinux2014 --auditwheel check --out $(WHEEL_DIR)
+	@ls -l $(WHEEL_DIR)/racer_ref-*.whl
+
+# The wheel in a new virtual environment whose PATH holds no Rust toolchain (only the
+# environment, /usr/bin and /bin): pip installs it and its dependencies from binaries only,
+# then tests/install_check.py checks the tag, imports the Rust core and runs it. Prints the
+# wheel's size and the install time.
+WHEEL_VENV ?= $(abspath target/wheel-check-venv)
+NO_RUST_PATH = PATH=$(WHEEL_VENV)/bin:/usr/bin:/bin
+test-wheel: wheel
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	@env $(NO_RUST_PATH) sh -c 'for t in cargo rustc; do if command -v $$t; then echo "$$t is on the clean PATH"; exit 1; fi; done'
+	@whl=$$(ls $(WHEEL_DIR)/racer_ref-*.whl); case $$whl in *-cp310-abi3-manylinux*) ;; \
+		*) echo "$$whl: expected a cp310-abi3-manylinux wheel"; exit 1;; esac; \
+	start=$$(date +%s%N); \
+	env $(NO_RUST_PATH) $(WITH_LOCK) python -m pip install --quiet --only-binary=:all: "$$whl" || exit 1; \
+	echo "$$(basename $$whl): $$(du -k $$whl | cut -f1) KiB, installed in $$(( ($$(date +%s%N) - start) / 1000000 )) ms"
+	cd / && env $(NO_RUST_PATH) python $(abspath tests/install_check.py) wheel
+	rm -rf $(WHEEL_VENV)
+
 # Refresh constraints.txt: newest allowed versions into a new environment, then every test.
 lock:
 	rm -rf $(VENV)
@@ -93,7 +130,7 @@ lock:
 	$(MAKE) test
 
 clean:
-	rm -rf target $(VENV) $(VLLM_VENV) site $(EXT)
+	rm -rf target $(VENV) $(VLLM_VENV) site $(EXT) $(WHEEL_DIR)
 
 # ----------------------------------------------------------------------------- vLLM
 .PHONY: test-vllm lock-vllm

@@ -1,10 +1,13 @@
-"""Checks a fresh install of racer-ref from outside the source tree (``make test-install``).
+"""Checks a fresh install of racer-ref from outside the source tree (``make test-install``,
+``make test-wheel``).
 
-Run with the interpreter of a new virtual environment into which ``pip install .`` (``core``)
-or ``pip install '.[hf]'`` (``hf``) put the package:
+Run with the interpreter of a new virtual environment into which ``pip install .`` (``core``),
+``pip install '.[hf]'`` (``hf``) or ``pip install dist/racer_ref-*.whl`` (``wheel``) put the
+package:
 
     python tests/install_check.py core     # Rust core, Drafter, twin, numpy only
     python tests/install_check.py hf       # plus torch, transformers and the decoding loop
+    python tests/install_check.py wheel    # core, from the binary wheel, no Rust on PATH
 
 It exits non-zero with a message on the first thing that does not hold.
 """
@@ -54,6 +57,32 @@ def check_core_only() -> None:
     print("core only: racer_ref.generate and `racer-ref generate` name the hf extra")
 
 
+def check_wheel() -> None:
+    """The binary wheel (``make wheel``): installed without a Rust toolchain, abi3, manylinux,
+    and its Rust core answers like the twin."""
+    import shutil
+
+    import racer_ref
+    from racer_ref import _core
+    from racer_ref.reference import Automaton as TwinAutomaton
+
+    for tool in ("cargo", "rustc"):
+        assert shutil.which(tool) is None, f"{tool} is on PATH ({shutil.which(tool)}): not a Rust-free environment"
+    wheel = importlib.metadata.distribution("racer-ref").read_text("WHEEL") or ""
+    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+    assert "Root-Is-Purelib: false" in wheel, wheel
+    assert tags and all(t.startswith("cp310-abi3-manylinux") for t in tags), tags
+    assert "site-packages" in Path(_core.__file__).resolve().parts, _core.__file__
+    # A tiny automaton: after 1 2 3 1 2 4 1, the next root 2 continues the border "1 2".
+    paths = {}
+    for name, cls in (("rust", racer_ref.Automaton), ("twin", TwinAutomaton)):
+        automaton = cls(ngram=4, max_nodes=100)
+        automaton.extend([1, 2, 3, 1, 2, 4, 1])
+        paths[name] = sorted(automaton.retrieve(2, 8))
+    assert paths["rust"] == paths["twin"] == [[2, 3, 1], [2, 4, 1]], paths
+    print(f"wheel: {', '.join(tags)}; Rust core {Path(_core.__file__).name}, no cargo or rustc on PATH")
+
+
 def check_hf() -> None:
     import torch
     import transformers
@@ -72,5 +101,9 @@ if __name__ == "__main__":
     elif mode == "hf":
         check_core()
         check_hf()
+    elif mode == "wheel":
+        check_wheel()
+        check_core()
+        check_core_only()
     else:
-        raise SystemExit("usage: python tests/install_check.py core|hf")
+        raise SystemExit("usage: python tests/install_check.py core|hf|wheel")
