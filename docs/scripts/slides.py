@@ -159,10 +159,16 @@ def parse(text: str) -> Syllabus:
 
 
 # ------------------------------------------------------------------------------- the deck
-def _font_size(items: Sequence[str]) -> int:
-    """A point size that lets ``items`` fit the text box (long goals get smaller type)."""
-    chars = sum(len(i) for i in items) + 60 * len(items)
-    return 20 if chars < 500 else 18 if chars < 750 else 16 if chars < 1000 else 14 if chars < 1300 else 12
+def _font_size(items: Sequence[str], width: float, height: float = 5.7) -> int:
+    """The largest point size (12 to 28) at which ``items`` fit a box of ``width`` x
+    ``height`` inches, estimating a character at 0.46 times the size wide and a line at 1.2 sizes
+    high, plus 8 pt after each paragraph."""
+    for size in range(28, 12, -1):
+        per_line = max(1, int((width * 72 - 14) / (0.46 * size)))
+        lines = sum(-(-(len(item) + 4) // per_line) for item in items)
+        if lines * 1.2 * size + 8 * len(items) <= 0.9 * height * 72:
+            return size
+    return 12
 
 
 def build(syllabus: Syllabus, figures: Path, out: Path) -> Path:
@@ -192,7 +198,7 @@ def build(syllabus: Syllabus, figures: Path, out: Path) -> Path:
     def text(s, items: Sequence[str], left: float, width: float, numbered: bool = False) -> None:
         box = s.shapes.add_textbox(Inches(left), Inches(1.4), Inches(width), Inches(5.7)).text_frame
         box.word_wrap = True
-        size = _font_size(items) - (2 if width < 8 else 0)
+        size = _font_size(items, width)
         for i, item in enumerate(items):
             p = box.paragraphs[0] if i == 0 else box.add_paragraph()
             p.space_after = Pt(8)
