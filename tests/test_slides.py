@@ -81,7 +81,8 @@ def test_parse_refuses_a_unit_without_questions():
     page = "# Syllabus\n\n## Unit 1: A\n\n### Learning goals\n\n- one\n"
     with pytest.raises(ValueError, match="unit 1 needs"):
         slides.parse(page)
-    page = page + "\n### Written questions\n\n1. why?\n\n## Unit 3: B\n\n### Learning goals\n\n- x\n\n### Written questions\n\n1. y?\n"
+    page += ("\n### Written questions\n\n1. why?\n\n"
+             "## Unit 3: B\n\n### Learning goals\n\n- x\n\n### Written questions\n\n1. y?\n")
     with pytest.raises(ValueError, match=r"numbered \[1, 3\]"):
         slides.parse(page)
 
@@ -123,18 +124,21 @@ def test_deck_has_one_goals_and_one_questions_slide_per_unit(deck, syllabus):
 
 
 def test_deck_shows_each_units_figures(deck, syllabus):
+    from pptx.enum.shapes import MSO_SHAPE_TYPE
+
     presentation, figures = deck
     png = {p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in figures.glob("*.png")}
     shown = []  # (unit title, sha256 of the image) in slide order
     for s in presentation.slides:
         for shape in s.shapes:
-            if shape.shape_type == 13:  # a picture
+            if shape.shape_type == MSO_SHAPE_TYPE.PICTURE:
                 shown.append((s.shapes.title.text, hashlib.sha256(shape.image.blob).hexdigest()))
-                # inside the slide
+                # Inside the slide.
                 assert shape.left >= 0 and shape.top >= 0
                 assert shape.left + shape.width <= presentation.slide_width
                 assert shape.top + shape.height <= presentation.slide_height
-    expected = [(f"Unit {u.number}: {u.title}", png[name]) for u in syllabus.units for name, _ in u.figures]
+    expected = [(f"Unit {u.number}: {u.title}", png[name])
+                for u in syllabus.units for name, _ in u.figures]
     assert shown == expected
 
 

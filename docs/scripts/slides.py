@@ -98,6 +98,27 @@ BULLET = re.compile(r"^- ")
 NUMBERED = re.compile(r"^\d+\. ")
 
 
+def _table_rows(lines: Sequence[str]) -> List[List[str]]:
+    """The cells of each row of the Markdown tables in ``lines``."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in lines if line.startswith("|")]
+
+
+def _capstone(lines: Sequence[str]) -> List[str]:
+    """The capstone slide's items: each option's bold title, each deliverable up to its first
+    colon, and the rubric's criteria with their points."""
+    items = [f"Option {plain(m.group(1))}" for m in
+             (re.match(r"\*\*([^*]+)\*\*", item) for item in _items(lines, BULLET)) if m]
+    start = next((i for i, line in enumerate(lines) if line.startswith("**Deliverables")), None)
+    if start is not None:
+        items += [f"Deliverable: {plain(d).split(':')[0]}" for d in _items(lines[start:], NUMBERED)]
+    rubric = [f"{plain(cells[0])} ({cells[1]})" for cells in _table_rows(lines)
+              if len(cells) > 1 and cells[1].isdigit()]
+    if rubric:
+        items.append(f"Rubric: {', '.join(rubric)}")
+    return items
+
+
 def parse(text: str) -> Syllabus:
     """The deck's content from the syllabus page's Markdown.
 
@@ -125,36 +146,30 @@ def parse(text: str) -> Syllabus:
             unit = Unit(int(m.group(1)), plain(m.group(2)))
             subsections = _sections(body, "### ")
             unit.goals = [plain(g) for g in _items(subsections.get("Learning goals", []), BULLET)]
-            unit.questions = [plain(q) for q in _items(subsections.get("Written questions", []), NUMBERED)]
+            questions = subsections.get("Written questions", [])
+            unit.questions = [plain(q) for q in _items(questions, NUMBERED)]
             unit.figures = [(f.group(2), f.group(1)) for f in map(FIGURE.match, body) if f]
             # The bold-led paragraphs before the first "### ": prerequisites, material, ...
-            before = body[: next((i for i, l in enumerate(body) if l.startswith("### ")), len(body))]
-            paragraphs = " ".join(l.strip() if l.strip() else "\n" for l in before).split("\n")
+            end = next((i for i, line in enumerate(body) if line.startswith("### ")), len(body))
+            paragraphs = " ".join(line.strip() or "\n" for line in body[:end]).split("\n")
             unit.notes = [plain(p) for p in paragraphs if NOTE.match(p.strip())]
             if not unit.goals or not unit.questions:
                 raise ValueError(f"syllabus: unit {unit.number} needs '### Learning goals' and "
                                  f"'### Written questions' lists")
             units.append(unit)
         elif heading.startswith("## The plan at a glance"):
-            for row in body:
-                cells = [c.strip() for c in row.strip().strip("|").split("|")]
-                if row.startswith("|") and cells[0].isdigit():
-                    topic, tutorial, exercises = plain(cells[1]), cells[2], cells[3]
-                    overview.append(f"{cells[0]}. {topic}: tutorial {tutorial}, exercises {exercises}")
+            # | unit | topic | tutorial | exercises | ... : the rows that start with a number.
+            for cells in _table_rows(body):
+                if cells[0].isdigit():
+                    overview.append(f"{cells[0]}. {plain(cells[1])}: tutorial {cells[2]}, "
+                                    f"exercises {cells[3]}")
         elif heading.startswith("## Capstone"):
-            options = [plain(re.match(r"\*\*([^*]+)\*\*", o).group(1)) for o in _items(body, BULLET)
-                       if o.startswith("**")]
-            start = next((i for i, l in enumerate(body) if l.startswith("**Deliverables")), None)
-            deliverables = [plain(d).split(":")[0] for d in _items(body[start:], NUMBERED)] if start else []
-            rubric = [f"{plain(c[0])} ({c[1]})" for c in
-                      ([x.strip() for x in row.strip().strip("|").split("|")] for row in body
-                       if row.startswith("|")) if len(c) > 1 and c[1].isdigit()]
-            capstone = ([f"Option {o}" for o in options] + [f"Deliverable: {d}" for d in deliverables]
-                        + ([f"Rubric: {', '.join(rubric)}"] if rubric else []))
+            capstone = _capstone(body)
     if not units:
         raise ValueError("syllabus: no '## Unit N: title' section")
     if [u.number for u in units] != list(range(1, len(units) + 1)):
-        raise ValueError(f"syllabus: units numbered {[u.number for u in units]}, expected 1, 2, 3, ...")
+        raise ValueError(f"syllabus: units numbered {[u.number for u in units]}, "
+                         f"expected 1, 2, 3, ...")
     return Syllabus(titles[0], overview, units, capstone)
 
 
@@ -250,7 +265,8 @@ def build(syllabus: Syllabus, figures: Path, out: Path) -> Path:
 
 def draw_figures(out: Path, dpi: int = 200) -> Path:
     """Draw the site's figures as PNG into ``out`` (docs/hooks/figures.py's ``write_figures``)."""
-    spec = importlib.util.spec_from_file_location("racer_ref_site_figures", ROOT / "docs" / "hooks" / "figures.py")
+    hook = ROOT / "docs" / "hooks" / "figures.py"
+    spec = importlib.util.spec_from_file_location("racer_ref_site_figures", hook)
     figures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(figures)
     figures.write_figures(out, ["png"], dpi)
@@ -259,10 +275,12 @@ def draw_figures(out: Path, dpi: int = 200) -> Path:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="Build the course's slide deck from docs/syllabus.md.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the .pptx to write (default {DEFAULT_OUT})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"the .pptx to write (default {DEFAULT_OUT})")
     parser.add_argument("--figures", type=Path, default=None, metavar="DIR",
                         help="the PNGs of `make figures` (default: draw them into a temporary folder)")
-    parser.add_argument("--syllabus", type=Path, default=SYLLABUS, help="the syllabus page (default docs/syllabus.md)")
+    parser.add_argument("--syllabus", type=Path, default=SYLLABUS,
+                        help="the syllabus page (default docs/syllabus.md)")
     args = parser.parse_args(argv)
     try:
         import pptx  # noqa: F401
