@@ -197,3 +197,12 @@ figures: setup
 # screenshots to site-check/ and fail on raw TeX or a main column wider than the page.
 site-check: docs
 	$(PY) docs/scripts/check_site.py --out site-check
+
+# The course's slide deck, $(SLIDES_OUT)/racer-ref-slides.pptx (python-pptx; edit it in
+# PowerPoint, LibreOffice Impress, Keynote or Google Slides): per unit of docs/syllabus.md a
+# slide with its learning goals and key figure (the PNGs of `make figures`) and one with its
+# written questions; speaker notes with its times and class plan. SLIDES_OUT=DIR to choose.
+.PHONY: slides
+SLIDES_OUT ?= slides-out
+slides: figures
+	$(PY) docs/scripts/slides.py --figures $(FIGURES_OUT) --out $(SLIDES_OUT)/racer-ref-slides.pptx
