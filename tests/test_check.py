@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from racer_ref import check
+from racer_ref.course import check
 from racer_ref.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Exercise 01 answered by the twin: ``racer_ref.reference.Automaton`` without eviction."""
-from racer_ref.cases.automaton import parse_dump
+from racer_ref.course.cases.automaton import parse_dump
 from racer_ref.reference.automaton import Automaton
 
 

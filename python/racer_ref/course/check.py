@@ -5,7 +5,7 @@ Each exercise in ``exercises/`` is one concept of the tutorials with the bodies 
 then runs, in order, until the first divergence:
 
 1. the **named cases** the Rust core and the Python twin pass in the test suite
-   (``racer_ref.cases``: hand-checked, with their derivation in comments), then
+   (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
    the Rust core's (or, for the verification loop, ``racer_ref.verify``'s).
 
@@ -79,7 +79,7 @@ def _core_automaton(max_nodes: int, ngram: int, min_border_depth: int = 2):
 
 def _states(automaton) -> Dict[Path_, Tuple[int, Path_, int]]:
     """path -> (freq, fail, lru rank) of every state of an automaton (via ``dump()``)."""
-    from racer_ref.cases.automaton import parse_dump
+    from racer_ref.course.cases.automaton import parse_dump
 
     return parse_dump(automaton.dump())["states"]
 
@@ -113,7 +113,7 @@ def _compare_trie(trie, core, where: str) -> None:
 
 
 def _named_01(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.automaton import CASES
+    from racer_ref.course.cases.automaton import CASES
 
     for case in CASES:
         core = _core_automaton(case.max_nodes, case.ngram, case.min_border_depth)
@@ -178,7 +178,7 @@ def _compare_links(links: Dict[Path_, Path_], states, named: Dict[Path_, Path_],
 
 
 def _named_02(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.automaton import CASES
+    from racer_ref.course.cases.automaton import CASES
 
     for case in CASES:
         def run(case=case) -> None:
@@ -278,7 +278,7 @@ class _LazyDriver:
 
 
 def _named_03(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.automaton import CASES
+    from racer_ref.course.cases.automaton import CASES
 
     for case in CASES:
         def run(case=case) -> None:
@@ -344,7 +344,7 @@ def _apply_lru(lru, model: List[int], op: str, slot: int) -> None:
 
 
 def _named_04(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import LRU_CASES
+    from racer_ref.course.cases.trees import LRU_CASES
 
     for case in LRU_CASES:
         def run(case=case) -> None:
@@ -399,7 +399,7 @@ HINT_05 = ("allocate ids = zeros((vocab_size, k)) and seen = zeros(vocab_size, b
 
 
 def _named_05(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import TABLE_CASES
+    from racer_ref.course.cases.trees import TABLE_CASES
 
     for case in TABLE_CASES:
         def run(case=case) -> None:
@@ -485,7 +485,7 @@ def _as_lists(result: Any, count: int, what: str) -> List[List[int]]:
 
 
 def _named_06(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import LOGITS_TREE_CASES
+    from racer_ref.course.cases.trees import LOGITS_TREE_CASES
     from racer_ref.reference.logits_tree import child_breadth
 
     def breadth() -> None:
@@ -551,7 +551,7 @@ def _draft_case(mod: ModuleType, root, capacity, paths, rows, vocab, k, want: Di
 
 
 def _named_07(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
+    from racer_ref.course.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
 
     for case in DRAFT_TREE_CASES + [c for c in LOGITS_TREE_CASES if c.root_topk is None and len(c.rows) <= 12]:
         yield case.name, lambda case=case: _draft_case(
@@ -584,7 +584,7 @@ def _mask_case(mod: ModuleType, tree, past_length: int) -> None:
 
 
 def _named_08(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
+    from racer_ref.course.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
 
     for case in DRAFT_TREE_CASES + LOGITS_TREE_CASES:
         tree = _core_tree(case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.root_topk)
@@ -652,7 +652,7 @@ def _tree_from_parents(tokens, parents):
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import ACCEPT_CASES
+    from racer_ref.course.cases.trees import ACCEPT_CASES
 
     for case in ACCEPT_CASES:
         def run(case=case) -> None:
@@ -711,7 +711,7 @@ def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: S
 
 
 def _named_10(mod: ModuleType) -> CaseIter:
-    from racer_ref.cases.trees import COMPACT_CASES
+    from racer_ref.course.cases.trees import COMPACT_CASES
 
     for case in COMPACT_CASES:
         yield case.name, lambda case=case: _compact_case(mod, case.past_length, case.tree_size,
