@@ -1,4 +1,4 @@
-"""``racer-ref check exercises/NN_*.py``: check a student's exercise against the reference.
+"""``racer-ref check FILE``: check a student's exercise against the reference, and teach.
 
 Each exercise in ``exercises/`` is one concept of the tutorials with the bodies left as
 ``...``. The checker loads the student's file, refuses it while a body is still ``...``,
@@ -9,48 +9,88 @@ then runs, in order, until the first divergence:
 2. **differential cases**: seeded random inputs on which the student's answer must equal
    the Rust core's (or, for the verification loop, ``racer_ref.verify``'s).
 
-The first diverging case is printed with its inputs, what was expected, and a hint; the
-exit status is 0 when every case passes, 1 otherwise (2 for a file it cannot check)::
+The first diverging case is printed with what went wrong (its inputs, what was expected,
+what came back, the wrong cell of a mask by row and column), then hints in stages, chosen
+for the kind of mistake diagnosed (not the solution):
+
+* stage 1 (always): the diagnosis, e.g. "the longest window is never extended";
+* stage 2 (``--hint 2``): a nudge on the concept behind that mistake;
+* stage 3 (``--hint 3``): where in the tutorials to read, with a small worked example.
+
+::
 
     $ racer-ref check my_06_logits_tree.py     # root children halved once too often
     exercise 06 (the logits tree of Eq. 3): 11 named cases, 300 random cases
     FAIL breadth_eq3: child_breadth(2, 0, parent_is_root=True) = 1, expected 2
-    hint: max(1, floor(b / 2 ** (j + [parent is not root]))): b >> shift.
+    hint: the root's children are halved once too often: ...
+    (a nudge: racer-ref check --hint 2 my_06_logits_tree.py)
 
-The cases run in-process on the student's module; nothing is written anywhere.
+Any file name works: the exercise is read from ``--exercise NN``, else an ``EXERCISE = "NN"``
+line, else the module docstring's first words ("Exercise NN"), else the first two-digit
+number followed by ``_`` in the file name (``my_04_lru.py``). ``--json`` prints a
+machine-readable result instead (every case is run; a score per function), for autograders.
+Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
+run in-process on the student's module; nothing is written anywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.util
+import io
+import json
 import random
 import re
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 Path_ = Tuple[int, ...]
-CaseIter = Iterator[Tuple[str, Callable[[], None]]]
 
 
 class Mismatch(Exception):
-    """A case where the student's answer differs from the reference's."""
+    """A case where the student's answer differs from the reference's.
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    ``kind`` names the diagnosed mistake (a key of :data:`HINTS`, e.g. ``"01.depth"``);
+    ``detail`` is an optional second line that explains the failing value."""
+
+    def __init__(self, message: str, kind: str = "", detail: str = "") -> None:
         super().__init__(message)
-        self.hint = hint
+        self.kind = kind
+        self.detail = detail
 
 
-def expect(got: Any, want: Any, what: str, hint: str = "") -> None:
-    """Raise ``Mismatch`` unless ``got == want``."""
+def expect(got: Any, want: Any, what: str, kind: str = "") -> None:
+    """Raise ``Mismatch(kind)`` unless ``got == want``."""
     if got != want:
-        raise Mismatch(f"{what} = {got!r}, expected {want!r}", hint)
+        raise Mismatch(f"{what} = {got!r}, expected {want!r}", kind)
+
+
+@dataclass(frozen=True)
+class Hint:
+    """The hints for one kind of mistake: stage 1 names it, stage 2 nudges toward the concept."""
+
+    diagnosis: str
+    nudge: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case: its name, the function (or class) of the exercise it checks, and a thunk that
+    raises :class:`Mismatch` on a divergence (it may return a note to print)."""
+
+    name: str
+    function: str
+    run: Callable[[], Optional[str]]
+
+
+CaseIter = Iterator[Case]
 
 
 @dataclass(frozen=True)
@@ -59,11 +99,351 @@ class Exercise:
     title: str
     #: names the student's module must define
     names: Tuple[str, ...]
-    #: (named cases, random cases): each yields (case name, thunk)
+    #: named cases, random cases
     named: Callable[[ModuleType], CaseIter]
     random: Callable[[ModuleType], CaseIter]
-    #: hint printed when a case raises instead of answering
-    hint: str
+    #: stage 3: where to read, with a small worked example
+    read: str
+
+
+def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional[Mismatch]]) -> Optional[str]:
+    """Run ``run``; a :class:`Mismatch` without a kind gets the kind (and detail) that
+    ``diagnose`` finds by looking at the student's whole answer."""
+    try:
+        return run()
+    except Mismatch as mismatch:
+        if not mismatch.kind:
+            found = diagnose()
+            if found is not None:
+                mismatch.kind = found.kind
+                mismatch.detail = mismatch.detail or (str(found) if str(found) != str(mismatch) else found.detail)
+        raise
+
+
+# ======================================================================================
+# The hints, by kind of mistake. Stage 1 (diagnosis) is always shown; stage 2 (nudge)
+# with --hint 2. None of them is the code: they name the concept that was missed.
+# ======================================================================================
+
+HINTS: Dict[str, Hint] = {
+    # 01. The trie with frequencies.
+    "01.freq_once": Hint(
+        "frequencies stay at 1: a node is counted when it is created, not at every occurrence.",
+        "Commit 'a b a': how many times does the string 'a' occur? Which line of your loop runs "
+        "the second time 'a' arrives, when its node already exists?"),
+    "01.freq_too_high": Hint(
+        "a frequency is higher than the number of occurrences: one token counts a node twice.",
+        "One committed token adds exactly one occurrence to each of the strings that end with it "
+        "(one per length 1..ngram). Is any node reached twice while you handle a single token?"),
+    "01.freq": Hint(
+        "a frequency differs from the number of occurrences of its string.",
+        "freq(s) must equal how often s occurs as a substring of everything committed so far. "
+        "Count one example by hand and print your trie after each token."),
+    "01.longest_window": Hint(
+        "no string of length ngram is in your trie: the longest open window is never extended.",
+        "With ngram = 3, after 'a b c' the trie must hold 'a b c'. It grows from the window of the "
+        "last 2 tokens. Which window indices does your loop visit: is the top one included?"),
+    "01.root_window": Hint(
+        "strings of length 1 are missing: the root (window 0) is never extended.",
+        "Every committed token t starts a new string of length 1, (t,): which window is it the "
+        "child of? Does your loop reach that window, or does it stop one short?"),
+    "01.missing": Hint(
+        "a string that occurs in the committed tokens is missing from your trie.",
+        "After each token, the node of the last i tokens must exist for every i = 1..ngram, even "
+        "across calls to extend. Are the windows carried over from one token (and call) to the next?"),
+    "01.never_committed": Hint(
+        "your trie holds a string that never occurs in the committed tokens: a window is extended "
+        "twice by the same token.",
+        "Each window may be extended once per token, from its state *before* this token. If you "
+        "overwrite windows[i + 1] and later extend windows[i + 1] again in the same pass, you chain "
+        "the token onto itself. In which order, or into which list, should the new windows go?"),
+    "01.too_deep": Hint(
+        "your trie holds a string longer than ngram: the trie keeps substrings up to ngram tokens.",
+        "The trie stores substrings of length <= ngram only; the window of the last ngram tokens "
+        "is a leaf that is never extended. Which window does your loop extend last?"),
+    "01.depth": Hint(
+        "Node.depth is off: a node's depth must be the length of its string (the root is 0).",
+        "The child of the window of the last i tokens holds i + 1 tokens. What depth does your "
+        "code pass to Node(...) for it?"),
+    "01.parent": Hint(
+        "Node.parent does not point to the node of the string without its last token.",
+        "The node of 'a b' hangs under the node of 'a': which node did you walk from when you "
+        "created it, and is that what you passed as parent?"),
+    "01.token": Hint(
+        "Node.token is not the last token of the node's string (the token on its edge).",
+        "The token on the edge from parent to child is the token just committed."),
+    "01.count": Hint(
+        "len(trie) is not the number of nodes (the root excluded).",
+        "Count a node once, at the moment you create it, and never when you only visit it."),
+    "01.structure": Hint(
+        "the trie does not have the shape the exercise gives (self.root, node.children).",
+        "Keep the given Node and Trie attributes: the checker walks self.root.children."),
+    # 02. Failure links (eager).
+    "02.not_a_state": Hint(
+        "a failure link points to a string that is not a state of the trie.",
+        "fail(s) must be a node you can stand on: check that a candidate suffix is in the trie "
+        "before you return it."),
+    "02.self_link": Hint(
+        "a state links to itself: a failure link is a *proper* suffix (shorter than s).",
+        "Start the search from the suffixes of s without its first token, never s itself."),
+    "02.not_a_suffix": Hint(
+        "a failure link is not a suffix of its state (it must end where the state ends).",
+        "The suffixes of s = (a, b, c) are (b, c), (c) and (). Which of them did you produce?"),
+    "02.gave_up": Hint(
+        "you link to the root when the longest proper suffix is absent, but a shorter suffix is in "
+        "the trie: after one miss you have to keep looking.",
+        "If s[1:] is not in the trie, the next candidate is the next shorter suffix. The links you "
+        "already built (shallower states first) let you jump there: follow the parent's link, "
+        "then its link, ... and try to step with s's last token each time."),
+    "02.too_short": Hint(
+        "a failure link is a suffix of its state, but not the longest one in the trie.",
+        "The link is the *longest* proper suffix present. Do you try the candidates from the "
+        "longest down, and stop at the first one present?"),
+    "02.keys": Hint(
+        "the result does not have exactly one entry per state of the trie (the root excluded).",
+        "Return a dict with a key for every non-empty path you were given, and nothing else."),
+    "02.link": Hint(
+        "a failure link differs from the longest proper suffix of its state in the trie.",
+        "Work the failing trie by hand: list the suffixes of the state and mark the ones present."),
+    # 03. Lazy failure links.
+    "03.stale": Hint(
+        "a cached link was returned after a change had made it stale: the epoch of the token was "
+        "not bumped (or not compared).",
+        "Which changes can make fail(s) wrong? Only a node ending with s's last token appearing or "
+        "disappearing. When that happens, what tells the cached links of that token that they are "
+        "out of date?"),
+    "03.cache": Hint(
+        "links are recomputed although nothing changed: the cache is never trusted.",
+        "A link stamped with the current epoch of its token is still right. Is the stamp stored "
+        "when you compute a link, and compared before you recompute?"),
+    "03.not_in_trie": Hint(
+        "a link points to a node that is no longer in the trie (evicted).",
+        "An eviction of a node ending with token t must invalidate the cached links of token t; "
+        "and a recomputation must only step into nodes that are present."),
+    "03.recompute": Hint(
+        "a freshly computed link is wrong (the cache is not the problem).",
+        "A recomputed link walks fail(parent), fail(fail(parent)), ... (lazily too) and tries a "
+        "child with the node's token at each; depth-1 nodes link to the root. Compare with "
+        "exercise 02."),
+    # 04. The LRU list.
+    "04.touch_new": Hint(
+        "touching a slot that is not on the list does not put it at the head correctly.",
+        "A new slot becomes the most recent: which links change (its own, the old head's, head) "
+        "and what if the list was empty (tail too)?"),
+    "04.touch_present": Hint(
+        "touching a slot that is already on the list does not move it to the head correctly.",
+        "Moving = unlink, then insert at the head. After unlinking, the neighbours on both sides "
+        "point at each other; what if the slot was the tail, or already the head?"),
+    "04.remove": Hint(
+        "removing a slot that is on the list leaves the list broken (its neighbours are not patched).",
+        "Unlinking a slot patches its newer and older neighbours to point at each other; at an "
+        "end of the list it is head or tail that moves instead."),
+    "04.remove_absent": Hint(
+        "removing a slot that is not on the list changed the list.",
+        "remove of an absent slot must do nothing: how do you know a slot is on the list?"),
+    "04.ends": Hint(
+        "the order is right but most_recent()/least_recent() is not: head or tail is not kept up "
+        "to date.",
+        "Which operations can change the head? The tail? Walk each of touch and remove on a list "
+        "of one slot."),
+    "04.len": Hint(
+        "len() does not count the slots on the list: it drifts after some touch or remove.",
+        "Count up only when a slot joins the list and down only when one leaves it."),
+    "04.membership": Hint(
+        "`slot in lru` is wrong: the list does not know which slots are on it.",
+        "A slot is on the list after a touch and until it is removed; keep that fact in O(1)."),
+    # 05. The copy-logit table.
+    "05.unseen": Hint(
+        "a token never observed has a non-empty row: unseen tokens must give [].",
+        "row(v) is empty until v has been observed: how does your table know it has not?"),
+    "05.lost": Hint(
+        "an observed token's row is empty: observe did not keep the row at that token.",
+        "Every observed token id keeps a row: check that observe writes at the token's index."),
+    "05.width": Hint(
+        "a row does not have k entries: the target's top-k ids are wider than the table.",
+        "observe may be given more than k columns; the table keeps the first k of each row."),
+    "05.not_last": Hint(
+        "a token observed twice keeps an older row: the last occurrence must win.",
+        "observe walks the positions in order; the row of a token is the one from its latest "
+        "position. Does a later write overwrite, or is it skipped?"),
+    "05.row": Hint(
+        "a row differs from the target's top-k ids at the token's last occurrence.",
+        "Write down, for the failing token, every position where it occurs and the row there."),
+    # 06. The logits tree.
+    "06.floor": Hint(
+        "a breadth came out as 0: every child gets at least breadth 1.",
+        "Eq. 3 halves the breadth per rank, but never below one."),
+    "06.root_halved": Hint(
+        "the root's children are halved once too often: the root's first child keeps breadth b.",
+        "Eq. 3 has an extra halving for children of a non-root node only: the root's first "
+        "child keeps the full breadth."),
+    "06.not_halved": Hint(
+        "the children of a non-root node are not halved the extra time.",
+        "Below the root, the first child already gets half its parent's breadth."),
+    "06.breadth": Hint(
+        "child_breadth does not follow Eq. 3 (the breadth of the j-th child of a node of breadth b).",
+        "Tabulate Eq. 3 for b = 8 and ranks j = 0..3, for a root parent and another parent."),
+    "06.parents_order": Hint(
+        "the tree is not flattened breadth-first: a parent comes after its child (or parents[0] "
+        "is not -1).",
+        "Number nodes in the order you create them from a FIFO queue: the root is 0 and a "
+        "parent always has a smaller index than its children."),
+    "06.capacity": Hint(
+        "the tree has more nodes than capacity (the root counts as one node).",
+        "Stop adding as soon as the tree holds capacity nodes, the root included, even in the "
+        "middle of a node's children."),
+    "06.duplicate": Hint(
+        "a node has two children with the same token: a (parent, token) pair was added twice.",
+        "A (parent, token) pair already present is neither added again nor expanded again."),
+    "06.order": Hint(
+        "the tree has the right nodes in the wrong order: the flattening is not breadth-first.",
+        "Expand breadth-first (a FIFO queue); a node's children are added in rank order of its "
+        "row."),
+    "06.too_few": Hint(
+        "nodes are missing: the tree stops growing before it reaches its capacity.",
+        "Which nodes may still be expanded? Every node added, with its own breadth from Eq. 3, "
+        "until the capacity is reached."),
+    "06.children": Hint(
+        "a node has different children than Eq. 3 gives (tokens or how many of them).",
+        "Node v's children are the first b entries of v's own row (b = v's breadth), in rank "
+        "order; a token with no row has no children."),
+    # 07. The merged draft tree.
+    "07.sources": Hint(
+        "the tree is right but a source is wrong: 1 = from retrieval, 2 = from the logits tree, "
+        "3 = both.",
+        "A node that the logits tree reaches but retrieval already created is not new: it keeps "
+        "its node and gains the logits bit."),
+    "07.retrieval": Hint(
+        "a retrieval path is not in the tree: retrieval goes first.",
+        "Insert every retrieval path before the logits tree spends any capacity."),
+    "07.parents_order": Hint(
+        "the tree is not flattened breadth-first: a parent comes after its child (or parents[0] "
+        "is not -1).",
+        "Build the tree as nodes with children, then number it breadth-first at the end."),
+    "07.capacity": Hint(
+        "the tree has more nodes than capacity (the root counts as one node).",
+        "Merged nodes cost nothing; every new node counts, the root included."),
+    "07.duplicate": Hint(
+        "a node has two children with the same token: the merge created a duplicate.",
+        "When the logits tree offers (parent, token) that is already a child, reuse that child."),
+    "07.order": Hint(
+        "the tree has the right nodes in the wrong order: the flattening is not breadth-first.",
+        "Flatten breadth-first at the end, each node's children in insertion order."),
+    "07.too_few": Hint(
+        "nodes are missing: the logits tree stops too early over the retrieval tree.",
+        "An existing child merged by the logits tree is expanded only if it did not have the "
+        "logits bit yet; new nodes spend capacity, merged ones do not."),
+    "07.children": Hint(
+        "a node has different children than the merged draft tree (retrieval, then logits).",
+        "Run the logits tree of exercise 06 over the tree that retrieval built."),
+    # 08. Tree attention mask, position ids, retrieve_indices.
+    "08.shape": Hint(
+        "an array has the wrong shape (the tree has n = len(parents) nodes).",
+        "The mask is n x n; position ids have n entries; retrieve_indices has one row per leaf "
+        "and max depth + 1 columns."),
+    "08.transposed": Hint(
+        "the mask is transposed: row i must say what node i may see (its ancestors), not who "
+        "sees i.",
+        "Read mask[i][j] as 'node i attends to node j'. Is node 0 (the root) visible to every "
+        "node, or does every node see node 0?"),
+    "08.self": Hint(
+        "a node does not attend to itself: the diagonal of the mask must be True.",
+        "Each node's query must see its own key, like the last token of a causal mask."),
+    "08.ancestors": Hint(
+        "a cell of the mask is wrong: node i must see exactly its ancestors and itself.",
+        "Follow parents[] from node i up to the root: those are the True cells of row i. Which "
+        "node did you add, or miss, in the row named above?"),
+    "08.past_length": Hint(
+        "position ids do not add past_length: the tree sits after the L cached tokens.",
+        "The root is the token right after the cache: at which position does it go?"),
+    "08.depth": Hint(
+        "position ids are off by a constant: a node's position is L + its depth (root depth 0).",
+        "What is the root's depth? Its children's?"),
+    "08.positions": Hint(
+        "a position id is not L + depth(node) (L = past_length, the root at depth 0).",
+        "Siblings share a position: the position counts the tokens on the node's own path."),
+    "08.leaves": Hint(
+        "retrieve_indices does not have one row per leaf (a node that is nobody's parent).",
+        "A leaf is a node that is nobody's parent; list them in node order."),
+    "08.retrieve": Hint(
+        "a row of retrieve_indices is not the root-to-leaf path of its leaf.",
+        "Each row starts at the root (0), goes down to the leaf, and is padded with -1."),
+    # 09. Greedy acceptance.
+    "09.root": Hint(
+        "accepted does not start with the root (node 0), or the result is not (accepted, next_root).",
+        "The root is the last committed token's successor and is always accepted."),
+    "09.not_a_path": Hint(
+        "the accepted nodes do not form a path: a node is accepted that is not a child of the "
+        "previous one.",
+        "A match only counts among the *children* of the current node (parents[c] == u)."),
+    "09.next_root": Hint(
+        "the accepted path is right but the next root (the bonus token) is not.",
+        "The bonus token is the target's prediction at the last accepted node."),
+    "09.stops_early": Hint(
+        "the walk stops while a child still matches the prediction.",
+        "After accepting a child, continue from it: its own prediction picks its child."),
+    "09.too_far": Hint(
+        "a node is accepted whose token is not the target's prediction.",
+        "At node u compare children's tokens with predicted[u] (u's prediction), not with "
+        "their own predicted[c]."),
+    "09.wrong_child": Hint(
+        "the walk takes a different child than the target predicts.",
+        "The target's choice at u is predicted[u]; the child whose token equals it is accepted."),
+    # 10. KV compaction.
+    "10.shape": Hint(
+        "the result does not have L + len(accepted) slots along the sequence dimension.",
+        "Keep the prefix and the accepted nodes' slots, nothing else; the sequence dimension is "
+        "dim 2 of (batch, heads, seq, head_dim)."),
+    "10.contiguous": Hint(
+        "the first len(accepted) tree slots are kept, not the accepted nodes' slots.",
+        "The accepted nodes are generally not contiguous: node u's entry lies at slot L + u."),
+    "10.offset": Hint(
+        "the accepted nodes' slots are taken without the prefix offset L.",
+        "Tree node u was written after the L cached tokens: at which slot is it?"),
+    "10.prefix": Hint(
+        "the prefix (the first L slots, the tokens cached before the tree) is not kept unchanged.",
+        "The cached prefix stays as it is; only the tree part is gathered."),
+    "10.heads": Hint(
+        "head 0 is right but another head (or batch) differs: every head must be gathered alike.",
+        "Gather along the sequence dimension only, for every batch and head alike."),
+    "10.slots": Hint(
+        "the slots kept are not the prefix followed by the accepted nodes' slots in path order.",
+        "Write the slot list by hand for L = 2 and accepted = [0, 2]."),
+    # Any exercise.
+    "raised": Hint(
+        "your code raised an exception on this case (its last lines are above, in your file).",
+        "Call the function by hand in a Python shell with the inputs of the failing case and "
+        "print the values just before the line that raised."),
+}
+
+READ: Dict[str, str] = {
+    "01": "tutorial 1 (docs/tutorials/01-ngrams-and-the-trie.md, tutorials/01_ngrams_and_the_trie.py), "
+          "'open windows'. Worked example, ngram 2, committing 'a a': after the first 'a' the "
+          "windows are [root, a]; the second 'a' extends root -> a (freq 2) and a -> a a (freq 1).",
+    "02": "tutorial 2 (docs/tutorials/02-failure-links.md). Worked example: in the trie {a, b, a b, "
+          "b a, a b a}, fail(a b a) = b a (the longest proper suffix present), fail(a b) = b, "
+          "fail(b a) = a.",
+    "03": "tutorial 3 (docs/tutorials/03-lazy-failure-links.md), the epoch cache. Worked example: "
+          "fail(a b) is cached with stamp = epoch[b]; adding the node 'c b' bumps epoch[b], so the "
+          "next fail(a b) recomputes; adding 'c a' does not touch it.",
+    "04": "tutorial 4 (docs/tutorials/04-lru-eviction.md). Worked example: touch 0, touch 1, touch 0 "
+          "gives order [0, 1] (head 0, tail 1); remove 0 then gives [1] with head = tail = 1.",
+    "05": "tutorial 5 (docs/tutorials/05-copy-logit-and-logits-tree.md), the copy-logit table. "
+          "Worked example, k = 2: observe([4, 4], [[1, 2, 3], [9, 0, 5]]) leaves row(4) = [9, 0].",
+    "06": "tutorial 5 (docs/tutorials/05-copy-logit-and-logits-tree.md), Eq. 3. Worked example, k = "
+          "4: the root's children get breadths 4, 2, 1, 1; a non-root node of breadth 4 gives its "
+          "children 2, 1, 1, 1.",
+    "07": "tutorial 6 (docs/tutorials/06-draft-tree.md), merging. Worked example: retrieval path "
+          "[r, a] and a root row [a, b]: node a comes from both (source 3), b from the logits "
+          "tree only (source 2).",
+    "08": "tutorial 6 (docs/tutorials/06-draft-tree.md), step 4. Worked example, parents [-1, 0, 0, "
+          "1]: row 3 of the mask is True at columns 0, 1, 3; depths [0, 1, 1, 2]; leaves 2 and 3 "
+          "give retrieve_indices [[0, 2, -1], [0, 1, 3]].",
+    "09": "tutorial 7 (docs/tutorials/07-verification-loop.md). Worked example: tokens [r, a, b, c], "
+          "parents [-1, 0, 0, 1], predicted [a, c, x, y] accepts [0, 1, 3] and the next root is y.",
+    "10": "tutorial 7 (docs/tutorials/07-verification-loop.md), KV compaction. Worked example: L = "
+          "3, accepted [0, 2] keeps slots [0, 1, 2, 3, 5].",
+}
 
 
 # ======================================================================================
@@ -93,23 +473,77 @@ def _phrase_stream(rnd: random.Random, alphabet: int, length: int) -> List[int]:
     return stream[:length]
 
 
+def _by_length(paths) -> List[Path_]:
+    return sorted(paths, key=lambda p: (len(p), p))
+
+
 # --------------------------------------------------------------------------------------
 # 01. Trie insert with frequencies.
 # --------------------------------------------------------------------------------------
 
-HINT_01 = ("for each new token, walk the windows from the longest (ngram - 1) down to 0: "
-           "child = windows[i].children[token] (create it with freq 0 if missing, and count "
-           "it in self.nodes), add 1 to child.freq, and make it the new windows[i + 1]; "
-           "windows[0] stays the root. Update self.windows only after the loop.")
+
+def _trie_nodes(trie) -> Tuple[Any, Dict[Path_, Any]]:
+    """The root and path -> node of the student's trie, walked from ``trie.root`` (the root
+    excluded from the dict)."""
+    root = getattr(trie, "root", None)
+    if root is None or not isinstance(getattr(root, "children", None), dict):
+        raise Mismatch("the trie has no self.root with a children dict", "01.structure")
+    out: Dict[Path_, Any] = {}
+    stack: List[Tuple[Path_, Any]] = [((), root)]
+    while stack and len(out) < 100_000:
+        path, node = stack.pop()
+        for token, child in node.children.items():
+            out[path + (token,)] = child
+            stack.append((path + (token,), child))
+    return root, out
 
 
-def _compare_trie(trie, core, where: str) -> None:
-    states = _states(core)
-    expect(len(trie), len(states), f"{where}: len(trie)",
-           "every substring of length <= ngram is one node (root excluded); "
-           "count a node once, when you create it.")
-    for path, (freq, _, _) in states.items():
-        expect(trie.freq(path), freq, f"{where}: trie.freq({path})", HINT_01)
+def _occurs(path: Path_, committed: Sequence[int]) -> bool:
+    n = len(path)
+    return any(tuple(committed[i:i + n]) == path for i in range(len(committed) - n + 1))
+
+
+def _trie_mistake(trie, states, ngram: int, committed: Sequence[int]) -> Optional[Mismatch]:
+    """The first mistake in the student's trie against the core's ``states``, diagnosed."""
+    root, nodes = _trie_nodes(trie)
+    extra = _by_length(set(nodes) - set(states))
+    missing = _by_length(set(states) - set(nodes))
+    if extra:
+        never = [p for p in extra if not _occurs(p, committed)]
+        if never:
+            return Mismatch(f"your trie holds {never[0]}, which never occurs in the committed "
+                            f"tokens {list(committed)}", "01.never_committed")
+        return Mismatch(f"your trie holds {extra[0]}, longer than ngram = {ngram}", "01.too_deep")
+    if missing:
+        depths = {len(p) for p in missing}
+        if not any(len(p) == 1 for p in nodes):
+            return Mismatch(f"your trie has no string of length 1, e.g. {missing[0]}", "01.root_window")
+        if depths == {ngram}:
+            return Mismatch(f"none of the {len(missing)} strings of length ngram = {ngram} "
+                            f"(e.g. {missing[0]}) is in your trie", "01.longest_window")
+        return Mismatch(f"{missing[0]} occurs in the committed tokens but is not in your trie", "01.missing")
+    diffs = [(p, trie.freq(p), states[p][0]) for p in _by_length(states) if trie.freq(p) != states[p][0]]
+    if diffs:
+        path, got, want = diffs[0]
+        kind = ("01.freq_once" if all(g == 1 for _, g, _ in diffs)
+                else "01.freq_too_high" if all(g > w for _, g, w in diffs) else "01.freq")
+        return Mismatch(f"trie.freq({path}) = {got}, expected {want}", kind)
+    for path in _by_length(nodes):
+        node = nodes[path]
+        expect(getattr(node, "depth", None), len(path), f"the node of {path}: depth", "01.depth")
+        parent = nodes.get(path[:-1], root)
+        if getattr(node, "parent", None) is not parent:
+            return Mismatch(f"the node of {path}: parent is not the node of {path[:-1]}", "01.parent")
+        expect(getattr(node, "token", None), path[-1], f"the node of {path}: token", "01.token")
+    if len(trie) != len(states):
+        return Mismatch(f"len(trie) = {len(trie)}, expected {len(states)}", "01.count")
+    return None
+
+
+def _check_trie(trie, core, ngram: int, committed: Sequence[int], where: str) -> None:
+    mistake = _trie_mistake(trie, _states(core), ngram, committed)
+    if mistake is not None:
+        raise Mismatch(f"{where}: {mistake}", mistake.kind, mistake.detail)
 
 
 def _named_01(mod: ModuleType) -> CaseIter:
@@ -125,17 +559,23 @@ def _named_01(mod: ModuleType) -> CaseIter:
         def run(case=case) -> None:
             trie = mod.Trie(case.ngram)
             core = _core_automaton(10**6, case.ngram)
+            committed: List[int] = []
             for k, step in enumerate(case.steps):
                 trie.extend(list(step.tokens))
                 core.extend(list(step.tokens))
+                committed += list(step.tokens)
                 where = f"step {k} (tokens {list(step.tokens)}, ngram {case.ngram})"
-                if step.nodes is not None:
-                    expect(len(trie), step.nodes, f"{where}: len(trie)")
-                for path, freq in step.freqs.items():
-                    expect(trie.freq(path), freq, f"{where}: trie.freq({path})", HINT_01)
-                _compare_trie(trie, core, where)
 
-        yield case.name, run
+                def named(step=step, where=where) -> None:
+                    if step.nodes is not None:
+                        expect(len(trie), step.nodes, f"{where}: len(trie)")
+                    for path, freq in step.freqs.items():
+                        expect(trie.freq(path), freq, f"{where}: trie.freq({path})")
+
+                _diagnosed(named, lambda: _trie_mistake(trie, _states(core), case.ngram, committed))
+                _check_trie(trie, core, case.ngram, committed, where)
+
+        yield Case(case.name, "Trie", run)
 
 
 def _random_01(mod: ModuleType) -> CaseIter:
@@ -150,31 +590,44 @@ def _random_01(mod: ModuleType) -> CaseIter:
                 trie.extend(chunk)
                 core.extend(chunk)
                 committed += chunk
-                _compare_trie(trie, core, f"ngram {ngram}, after committing {committed}")
+                _check_trie(trie, core, ngram, committed, f"ngram {ngram}, after committing {committed}")
             absent = tuple(committed[-1:]) + (alphabet + 7,)
-            expect(trie.freq(absent), 0, f"trie.freq({absent}) (never committed)")
+            expect(trie.freq(absent), 0, f"trie.freq({absent}) (never committed)", "01.freq")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "Trie", run)
 
 
 # --------------------------------------------------------------------------------------
 # 02. Failure links (eager build).
 # --------------------------------------------------------------------------------------
 
-HINT_02 = ("fail(s) is the state of the longest proper suffix of s that is in the trie. "
-           "Go breadth-first (shallow states first): fail of a depth-1 state is (); for "
-           "s = p + (t,), walk q = fail(p), fail(q), ... until q + (t,) is present (that is "
-           "fail(s)) or q is () and () + (t,) is absent (then fail(s) = ()).")
+
+def _link_mistake(states, path: Path_, got: Any, want: Path_, what: str) -> Mismatch:
+    """``what = got, expected want`` for the link of ``path``, with the kind of mistake."""
+    message = f"{what} = {got!r}, expected {want!r}"
+    if not isinstance(got, tuple) or (got and got not in states):
+        return Mismatch(message, "02.not_a_state", f"{got!r} is not a state of the trie")
+    if got == path:
+        return Mismatch(message, "02.self_link")
+    if got != path[len(path) - len(got):]:
+        return Mismatch(message, "02.not_a_suffix", f"{got} is not a suffix of {path}")
+    if got == () and path[1:] not in states:
+        return Mismatch(message, "02.gave_up", f"{path[1:]} is not in the trie, but its suffix "
+                                               f"{want} is")
+    if len(got) < len(want):
+        return Mismatch(message, "02.too_short", f"{want} is a longer proper suffix of {path} in the trie")
+    return Mismatch(message, "02.link")
 
 
 def _compare_links(links: Dict[Path_, Path_], states, named: Dict[Path_, Path_], where: str) -> None:
     if not isinstance(links, dict):
-        raise Mismatch(f"{where}: failure_links returned {type(links).__name__}, expected a dict")
-    for path, link in named.items():
-        expect(links.get(path), link, f"{where}: fail({path})", HINT_02)
-    expect(sorted(links), sorted(states), f"{where}: the keys of the result (one per state)")
-    for path, (_, link, _) in states.items():
-        expect(links[path], link, f"{where}: fail({path})", HINT_02)
+        raise Mismatch(f"{where}: failure_links returned {type(links).__name__}, expected a dict", "02.keys")
+    for path, link in list(named.items()) + [(p, states[p][1]) for p in _by_length(states)]:
+        if path not in links:
+            raise Mismatch(f"{where}: the result has no key {path}", "02.keys")
+        if links[path] != link:
+            raise _link_mistake(states, path, links[path], link, f"{where}: fail({path})")
+    expect(sorted(links), sorted(states), f"{where}: the keys of the result (one per state)", "02.keys")
 
 
 def _named_02(mod: ModuleType) -> CaseIter:
@@ -189,7 +642,7 @@ def _named_02(mod: ModuleType) -> CaseIter:
                 _compare_links(mod.failure_links(set(states)), states, step.fails,
                                f"step {k}: trie {sorted(states)}")
 
-        yield case.name, run
+        yield Case(case.name, "failure_links", run)
 
 
 def _random_02(mod: ModuleType) -> CaseIter:
@@ -202,17 +655,12 @@ def _random_02(mod: ModuleType) -> CaseIter:
             states = _states(core)
             _compare_links(mod.failure_links(set(states)), states, {}, f"trie {sorted(states)}")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "failure_links", run)
 
 
 # --------------------------------------------------------------------------------------
 # 03. Lazy failure links.
 # --------------------------------------------------------------------------------------
-
-HINT_03 = ("changed(token) must bump epochs[token % EPOCH_SLOTS]; fail(node) returns "
-           "node.fail while node.fail_stamp equals the epoch of node.token, else recomputes "
-           "(depth 1: the root; deeper: walk fail(parent), fail(fail(parent)), ... for a "
-           "child node.token) and stores the link with the current epoch as its stamp.")
 
 
 class _CountingDict(dict):
@@ -241,6 +689,8 @@ class _LazyDriver:
         self.trie.root.children = _CountingDict()
         self.nodes: Dict[Path_, Any] = {(): self.trie.root}
         self.log: List[str] = []
+        #: the right links at the previous check (to recognise a stale cached link)
+        self.previous: Dict[Path_, Path_] = {}
 
     def sync(self, paths) -> None:
         present = set(paths)
@@ -259,22 +709,28 @@ class _LazyDriver:
         ops = "; ".join(self.log[-6:])
         where = f"{where} (last operations: {ops})"
 
-        def link(path: Path_) -> Optional[Path_]:
-            got = self.trie.fail(self.nodes[path])
-            return inverse.get(id(got), f"a node that is not in the trie: {got!r}")  # type: ignore[return-value]
-
-        for path, want in named.items():
-            expect(link(path), want, f"{where}: fail({path})", HINT_03)
-        for path in sorted(states, key=len):
-            expect(link(path), states[path][1], f"{where}: fail({path})", HINT_03)
+        for path, want in list(named.items()) + [(p, states[p][1]) for p in sorted(states, key=len)]:
+            node = self.trie.fail(self.nodes[path])
+            got = inverse.get(id(node))
+            what = f"{where}: fail({path})"
+            if got is None:
+                raise Mismatch(f"{what} = a node that is not in the trie: {node!r}, expected {want!r}",
+                               "03.not_in_trie")
+            if got == want:
+                continue
+            if self.previous.get(path) == got:
+                raise Mismatch(f"{what} = {got!r}, expected {want!r}", "03.stale",
+                               f"{got} was the right link before the last operations; they changed it")
+            mistake = _link_mistake(states, path, got, want, what)
+            raise Mismatch(str(mistake), "03.recompute", mistake.detail)
+        self.previous = {p: states[p][1] for p in states}
         # No change since: every link again, now from the cache.
         before = _CountingDict.lookups
         for path in states:
             self.trie.fail(self.nodes[path])
         expect(_CountingDict.lookups - before, 0,
                f"{where}: children lookups while asking every link a second time with no change",
-               "a link whose stamp equals the current epoch of its token must come from the "
-               "cache (node.fail) without looking at any children.")
+               "03.cache")
 
 
 def _named_03(mod: ModuleType) -> CaseIter:
@@ -290,7 +746,7 @@ def _named_03(mod: ModuleType) -> CaseIter:
                 driver.sync(states)
                 driver.check(states, step.fails, f"step {k}")
 
-        yield case.name, run
+        yield Case(case.name, "LazyTrie", run)
 
 
 def _random_03(mod: ModuleType) -> CaseIter:
@@ -311,36 +767,40 @@ def _random_03(mod: ModuleType) -> CaseIter:
                 driver.sync(states)
                 driver.check(states, {}, f"after committing {committed[-12:]} (ngram {ngram})")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "LazyTrie", run)
 
 
 # ======================================================================================
 # 04. The O(1) LRU list.
 # ======================================================================================
 
-HINT_04 = ("keep newer[slot] / older[slot] links plus head and tail; touch unlinks the slot "
-           "if present (patch its neighbours, or head/tail) and relinks it at the head; "
-           "remove unlinks it; a slot is on the list iff it is the head or has a newer "
-           "neighbour (or keep a flag).")
+
+def _check_lru(lru, model: List[int], where: str, last: Optional[Tuple[str, int, bool]]) -> None:
+    """``last``: the operation just applied, (op, slot, was the slot on the list)."""
+    by_op = "04.touch_new"
+    if last is not None:
+        op, _, present = last
+        by_op = ("04.touch_present" if present else "04.touch_new") if op == "touch" else \
+                ("04.remove" if present else "04.remove_absent")
+    order = list(lru.order())
+    expect(order, model, f"{where}: order() (most recent first)", by_op)
+    expect(len(lru), len(model), f"{where}: len()", "04.len")
+    expect(lru.most_recent(), model[0] if model else None, f"{where}: most_recent()", "04.ends")
+    expect(lru.least_recent(), model[-1] if model else None, f"{where}: least_recent()", "04.ends")
 
 
-def _check_lru(lru, model: List[int], where: str) -> None:
-    expect(list(lru.order()), model, f"{where}: order() (most recent first)", HINT_04)
-    expect(len(lru), len(model), f"{where}: len()", HINT_04)
-    expect(lru.most_recent(), model[0] if model else None, f"{where}: most_recent()", HINT_04)
-    expect(lru.least_recent(), model[-1] if model else None, f"{where}: least_recent()", HINT_04)
-
-
-def _apply_lru(lru, model: List[int], op: str, slot: int) -> None:
+def _apply_lru(lru, model: List[int], op: str, slot: int) -> Tuple[str, int, bool]:
+    present = slot in model
     if op == "touch":
         lru.touch(slot)
-        if slot in model:
+        if present:
             model.remove(slot)
         model.insert(0, slot)
     else:
         lru.remove(slot)
-        if slot in model:
+        if present:
             model.remove(slot)
+    return op, slot, present
 
 
 def _named_04(mod: ModuleType) -> CaseIter:
@@ -350,13 +810,13 @@ def _named_04(mod: ModuleType) -> CaseIter:
         def run(case=case) -> None:
             lru, model = mod.LruList(case.capacity), []
             for k, (op, slot) in enumerate(case.ops):
-                _apply_lru(lru, model, op, slot)
-                _check_lru(lru, model, f"after {list(case.ops[: k + 1])}")
-            expect(list(lru.order()), list(case.order), "order() at the end", HINT_04)
+                last = _apply_lru(lru, model, op, slot)
+                _check_lru(lru, model, f"after {list(case.ops[: k + 1])}", last)
+            expect(list(lru.order()), list(case.order), "order() at the end", "04.touch_present")
             for slot in range(case.capacity):
-                expect(slot in lru, slot in case.order, f"{slot} in lru", HINT_04)
+                expect(slot in lru, slot in case.order, f"{slot} in lru", "04.membership")
 
-        yield case.name, run
+        yield Case(case.name, "LruList", run)
 
 
 def _random_04(mod: ModuleType) -> CaseIter:
@@ -369,14 +829,15 @@ def _random_04(mod: ModuleType) -> CaseIter:
                 op = "touch" if rnd.random() < 0.65 else "remove"
                 slot = rnd.randrange(capacity)
                 ops.append((op, slot))
-                _apply_lru(lru, model, op, slot)
-                _check_lru(lru, model, f"capacity {capacity}, after ...{ops[-8:]}")
+                last = _apply_lru(lru, model, op, slot)
+                _check_lru(lru, model, f"capacity {capacity}, after ...{ops[-8:]}", last)
                 probe = rnd.randrange(capacity)
-                expect(probe in lru, probe in model, f"capacity {capacity}, after ...{ops[-8:]}: {probe} in lru")
+                expect(probe in lru, probe in model, f"capacity {capacity}, after ...{ops[-8:]}: {probe} in lru",
+                       "04.membership")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "LruList", run)
 
-    def scale() -> None:
+    def scale() -> str:
         # 300,000 operations on 100,000 slots: about a second when each is O(1).
         capacity = 100_000
         lru, rnd = mod.LruList(capacity), random.Random(0)
@@ -384,18 +845,32 @@ def _random_04(mod: ModuleType) -> CaseIter:
         for i in range(300_000):
             lru.touch(rnd.randrange(capacity)) if i % 3 else lru.remove(rnd.randrange(capacity))
         seconds = time.perf_counter() - start
-        print(f"  (scale: 300,000 operations on 100,000 slots took {seconds:.2f} s)")
+        return f"scale: 300,000 operations on 100,000 slots took {seconds:.2f} s"
 
-    yield "scale100k", scale
+    yield Case("scale100k", "LruList", scale)
 
 
 # ======================================================================================
 # 05. The copy-logit table.
 # ======================================================================================
 
-HINT_05 = ("allocate ids = zeros((vocab_size, k)) and seen = zeros(vocab_size, bool); observe "
-           "writes ids[v] = topk_ids[i][:k] and seen[v] = True in order (so the last "
-           "occurrence wins); row(v) is [] while not seen[v].")
+
+def _row_mistake(got: List[int], want: List[int], history: List[List[int]], what: str) -> Mismatch:
+    """``history``: the rows observed for the token, in order, each cut to k."""
+    message = f"{what} = {got!r}, expected {want!r}"
+    if not want:
+        return Mismatch(message, "05.unseen")
+    if not got:
+        return Mismatch(message, "05.lost")
+    if len(got) != len(want):
+        return Mismatch(message, "05.width", f"k = {len(want)}")
+    if got in history[:-1]:
+        return Mismatch(message, "05.not_last", f"{got} is the row of an earlier occurrence")
+    return Mismatch(message, "05.row")
+
+
+def _rows_seen(calls, token: int, k: int) -> List[List[int]]:
+    return [list(row[:k]) for ids, topk in calls for t, row in zip(ids, topk) if t == token]
 
 
 def _named_05(mod: ModuleType) -> CaseIter:
@@ -407,10 +882,12 @@ def _named_05(mod: ModuleType) -> CaseIter:
             for token_ids, topk_ids in case.observes:
                 table.observe(list(token_ids), [list(r) for r in topk_ids])
             for token, want in case.rows.items():
-                expect(list(table.row(token)), want,
-                       f"after observe{list(case.observes)}: row({token})", HINT_05)
+                got = list(table.row(token))
+                if got != want:
+                    raise _row_mistake(got, want, _rows_seen(case.observes, token, case.k),
+                                       f"after observe{list(case.observes)}: row({token})")
 
-        yield case.name, run
+        yield Case(case.name, "CopyLogitTable", run)
 
 
 def _random_05(mod: ModuleType) -> CaseIter:
@@ -432,28 +909,17 @@ def _random_05(mod: ModuleType) -> CaseIter:
                 table.observe(ids, topk)
                 core.observe(np.array(ids, dtype=np.int64), np.array(topk, dtype=np.int64).reshape(n, width))
                 for v in range(vocab):
-                    expect(list(table.row(v)), core.row(v),
-                           f"vocab_size {vocab}, k {k}, after observe calls {calls}: row({v})", HINT_05)
+                    got, want = list(table.row(v)), core.row(v)
+                    if got != want:
+                        raise _row_mistake(got, want, _rows_seen(calls, v, k),
+                                           f"vocab_size {vocab}, k {k}, after observe calls {calls}: row({v})")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "CopyLogitTable", run)
 
 
 # ======================================================================================
 # 06-08. Logits tree, merged draft tree, tree attention mask.
 # ======================================================================================
-
-HINT_06 = ("expand breadth-first from a queue of (node, breadth), the root with breadth k; "
-           "node v's children are rows[v][:b] in rank order, child j with breadth "
-           "max(1, b >> (j + [parent is not root])); stop as soon as the tree holds capacity "
-           "nodes; a (parent, token) already present is neither added nor expanded again.")
-HINT_07 = ("insert the retrieval paths first (walk existing children, create the missing "
-           "ones with source 1); then run the logits tree of exercise 06 over that tree: an "
-           "existing child costs nothing, gets source |= 2, and is expanded only if it did "
-           "not have the logits bit yet; finally flatten breadth-first, each node's children "
-           "in insertion order.")
-HINT_08 = ("parents come before children: row i of the mask is row parents[i] plus i itself; "
-           "depth(i) = depth(parents[i]) + 1; a leaf is a node that is nobody's parent, and "
-           "its row walks up from the leaf to the root, written from column depth down to 0.")
 
 
 def _core_tree(root: int, capacity: int, paths, rows: Optional[Dict[int, List[int]]], vocab: int, k: int,
@@ -478,10 +944,57 @@ def _random_rows(rnd: random.Random, vocab: int, k: int) -> Dict[int, List[int]]
             for _ in range(rnd.randint(0, vocab + 1))}
 
 
-def _as_lists(result: Any, count: int, what: str) -> List[List[int]]:
+def _as_lists(result: Any, count: int, what: str, kind: str) -> List[List[int]]:
     if not isinstance(result, (tuple, list)) or len(result) != count:
-        raise Mismatch(f"{what} returned {result!r}, expected a tuple of {count} lists")
+        raise Mismatch(f"{what} returned {result!r}, expected a tuple of {count} lists", kind)
     return [[int(v) for v in part] for part in result]
+
+
+def _tree_paths(tokens: List[int], parents: List[int]) -> Optional[List[Path_]]:
+    """The token path of every node, or None when parents are not breadth-first."""
+    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+        return None
+    paths: List[Path_] = []
+    for i, p in enumerate(parents):
+        paths.append((tokens[0],) if i == 0 else paths[p] + (tokens[i],))
+    return paths
+
+
+def _tree_mistake(number: str, got: Tuple[List[int], List[int]], want: Tuple[List[int], List[int]],
+                  capacity: int, what: str, retrieval=()) -> Mismatch:
+    """Diagnose a wrong (tokens, parents) of exercise 06 or 07 against the core's."""
+    message = f"{what} = {got!r}, expected {want!r}"
+    if len(got[0]) != len(got[1]):
+        return Mismatch(message, f"{number}.parents_order", "tokens and parents differ in length")
+    paths, wanted = _tree_paths(*got), _tree_paths(*want)
+    assert wanted is not None
+    if paths is None:
+        return Mismatch(message, f"{number}.parents_order")
+    if len(paths) > capacity:
+        return Mismatch(message, f"{number}.capacity", f"{len(paths)} nodes, capacity {capacity}")
+    if len(set(paths)) < len(paths):
+        twice = next(p for p in paths if paths.count(p) > 1)
+        return Mismatch(message, f"{number}.duplicate", f"the path {list(twice)} is there twice")
+    for path in retrieval:
+        if tuple(path) not in set(paths):
+            return Mismatch(message, f"{number}.retrieval", f"the retrieval path {list(path)} is missing")
+    if set(paths) == set(wanted):
+        return Mismatch(message, f"{number}.order")
+    if set(paths) < set(wanted):
+        first = _by_length(set(wanted) - set(paths))[0]
+        return Mismatch(message, f"{number}.too_few", f"the node of the path {list(first)} is missing")
+    first = _by_length(set(paths) - set(wanted))[0]
+    return Mismatch(message, f"{number}.children", f"the path {list(first)} should not be in the tree")
+
+
+def _breadth_kind(got: int, b: int, j: int, is_root: bool) -> str:
+    if got < 1:
+        return "06.floor"
+    if is_root and got == max(1, b >> (j + 1)):
+        return "06.root_halved"
+    if not is_root and got == max(1, b >> j):
+        return "06.not_halved"
+    return "06.breadth"
 
 
 def _named_06(mod: ModuleType) -> CaseIter:
@@ -492,11 +1005,11 @@ def _named_06(mod: ModuleType) -> CaseIter:
         for b in range(1, 17):
             for j in range(10):
                 for is_root in (True, False):
-                    expect(mod.child_breadth(b, j, is_root), child_breadth(b, j, is_root),
-                           f"child_breadth({b}, {j}, parent_is_root={is_root})",
-                           "max(1, floor(b / 2 ** (j + [parent is not root]))): b >> shift.")
+                    got, want = mod.child_breadth(b, j, is_root), child_breadth(b, j, is_root)
+                    expect(got, want, f"child_breadth({b}, {j}, parent_is_root={is_root})",
+                           _breadth_kind(got, b, j, is_root))
 
-    yield "breadth_eq3", breadth
+    yield Case("breadth_eq3", "child_breadth", breadth)
     for case in LOGITS_TREE_CASES:
         if case.root_topk is not None:
             continue  # last-logit mode is not part of the exercise
@@ -505,21 +1018,27 @@ def _named_06(mod: ModuleType) -> CaseIter:
             what = f"logits_tree(root={case.root}, capacity={case.capacity}, rows={case.rows}, k={case.k})"
             if len(case.rows) > 12:
                 what = f"logits_tree(root=0, capacity={case.capacity}, k={case.k}, all tokens distinct)"
-            tokens, parents = _as_lists(mod.logits_tree(case.root, case.capacity, case.rows, case.k), 2, what)
-            if "per_depth" in case.expect:
-                depths = [0] * len(parents)
-                for i in range(1, len(parents)):
-                    depths[i] = depths[parents[i]] + 1
-                per_depth = [depths.count(d) for d in range(max(depths) + 1)]
-                expect(per_depth, case.expect["per_depth"], f"{what}: nodes per depth", HINT_06)
-            for name, got in (("tokens", tokens), ("parents", parents)):
-                if name in case.expect:
-                    expect(got, case.expect[name], f"{what}: {name}", HINT_06)
+            tokens, parents = _as_lists(mod.logits_tree(case.root, case.capacity, case.rows, case.k), 2, what,
+                                        "06.parents_order")
             core = _core_tree(case.root, case.capacity, (), case.rows, case.vocab_size, case.k)
-            expect((tokens, parents), (core.tokens.tolist(), core.parents.tolist()),
-                   f"{what}: (tokens, parents)", HINT_06)
+            want = (core.tokens.tolist(), core.parents.tolist())
 
-        yield case.name, run
+            def named() -> None:
+                if "per_depth" in case.expect:
+                    depths = [0] * len(parents)
+                    for i in range(1, len(parents)):
+                        depths[i] = depths[parents[i]] + 1
+                    per_depth = [depths.count(d) for d in range(max(depths) + 1)]
+                    expect(per_depth, case.expect["per_depth"], f"{what}: nodes per depth")
+                for name, got in (("tokens", tokens), ("parents", parents)):
+                    if name in case.expect:
+                        expect(got, case.expect[name], f"{what}: {name}")
+
+            _diagnosed(named, lambda: _tree_mistake("06", (tokens, parents), want, case.capacity, what))
+            if (tokens, parents) != want:
+                raise _tree_mistake("06", (tokens, parents), want, case.capacity, f"{what}: (tokens, parents)")
+
+        yield Case(case.name, "logits_tree", run)
 
 
 def _random_06(mod: ModuleType) -> CaseIter:
@@ -531,31 +1050,45 @@ def _random_06(mod: ModuleType) -> CaseIter:
             rows = _random_rows(rnd, vocab, k)
             root, capacity = rnd.randrange(vocab), rnd.randint(1, 40)
             what = f"logits_tree(root={root}, capacity={capacity}, rows={rows}, k={k})"
-            got = _as_lists(mod.logits_tree(root, capacity, rows, k), 2, what)
+            got = _as_lists(mod.logits_tree(root, capacity, rows, k), 2, what, "06.parents_order")
             core = _core_tree(root, capacity, (), rows, vocab, k)
-            expect(tuple(got), (core.tokens.tolist(), core.parents.tolist()), f"{what}: (tokens, parents)", HINT_06)
+            want = (core.tokens.tolist(), core.parents.tolist())
+            if tuple(got) != want:
+                raise _tree_mistake("06", (got[0], got[1]), want, capacity, f"{what}: (tokens, parents)")
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "logits_tree", run)
 
 
 def _draft_case(mod: ModuleType, root, capacity, paths, rows, vocab, k, want: Dict[str, list]) -> None:
     rows = rows or {}
     what = f"draft_tree(root={root}, capacity={capacity}, retrieval_paths={[list(p) for p in paths]}, rows={rows}, k={k})"
-    tokens, parents, sources = _as_lists(mod.draft_tree(root, capacity, [list(p) for p in paths], rows, k), 3, what)
-    for name, got in (("tokens", tokens), ("parents", parents), ("sources", sources)):
-        if name in want:
-            expect(got, want[name], f"{what}: {name}", HINT_07)
+    tokens, parents, sources = _as_lists(mod.draft_tree(root, capacity, [list(p) for p in paths], rows, k), 3, what,
+                                         "07.parents_order")
     core = _core_tree(root, capacity, paths, rows or None, vocab, k)
-    expect((tokens, parents, sources), (core.tokens.tolist(), core.parents.tolist(), core.sources.tolist()),
-           f"{what}: (tokens, parents, sources)", HINT_07)
+    core_tp = (core.tokens.tolist(), core.parents.tolist())
+
+    def diagnose() -> Mismatch:
+        if (tokens, parents) == core_tp:
+            return Mismatch(f"{what}: sources = {sources}, expected {core.sources.tolist()}", "07.sources")
+        return _tree_mistake("07", (tokens, parents), core_tp, capacity, what, paths)
+
+    def named() -> None:
+        for name, got in (("tokens", tokens), ("parents", parents), ("sources", sources)):
+            if name in want:
+                expect(got, want[name], f"{what}: {name}")
+
+    _diagnosed(named, diagnose)
+    if (tokens, parents) != core_tp:
+        raise _tree_mistake("07", (tokens, parents), core_tp, capacity, f"{what}: (tokens, parents)", paths)
+    expect(sources, core.sources.tolist(), f"{what}: sources", "07.sources")
 
 
 def _named_07(mod: ModuleType) -> CaseIter:
     from racer_ref.course.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
 
     for case in DRAFT_TREE_CASES + [c for c in LOGITS_TREE_CASES if c.root_topk is None and len(c.rows) <= 12]:
-        yield case.name, lambda case=case: _draft_case(
-            mod, case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.expect)
+        yield Case(case.name, "draft_tree", lambda case=case: _draft_case(
+            mod, case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.expect))
 
 
 def _random_07(mod: ModuleType) -> CaseIter:
@@ -569,18 +1102,77 @@ def _random_07(mod: ModuleType) -> CaseIter:
                      for _ in range(rnd.randint(0, 4))]
             _draft_case(mod, root, capacity, paths, _random_rows(rnd, vocab, k), vocab, k, {})
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "draft_tree", run)
 
 
-def _mask_case(mod: ModuleType, tree, past_length: int) -> None:
+def _mask_mistake(got: Any, want: List[List[bool]], parents: List[int], what: str) -> Optional[Mismatch]:
+    """The first wrong cell of a tree attention mask, by row and column (not two matrices)."""
+    n = len(want)
+    try:
+        mask = [[bool(v) for v in row] for row in got]
+    except TypeError:
+        return Mismatch(f"{what} returned {got!r}, expected an n x n nested list of bools", "08.shape")
+    if len(mask) != n or any(len(row) != n for row in mask):
+        shape = (len(mask), len(mask[0]) if mask else 0)
+        return Mismatch(f"{what}: shape {shape}, expected ({n}, {n})", "08.shape")
+    wrong = [(i, j) for i in range(n) for j in range(n) if mask[i][j] != want[i][j]]
+    if not wrong:
+        return None
+    i, j = wrong[0]
+    path, node = [], i
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    relation = ("itself" if i == j else f"an ancestor of node {i}" if want[i][j]
+                else f"not an ancestor of node {i}")
+    message = (f"{what}: row {i}, column {j} is {mask[i][j]}, expected {want[i][j]} "
+               f"(node {j} is {relation}; {len(wrong)} of {n * n} cells are wrong)")
+    detail = f"node {i}'s path to the root: {' -> '.join(map(str, path))}"
+    if mask == [list(col) for col in zip(*want)]:
+        return Mismatch(message, "08.transposed", detail)
+    if all(a == b for a, b in wrong):
+        return Mismatch(message, "08.self", detail)
+    return Mismatch(message, "08.ancestors", detail)
+
+
+def _mask_cases(mod: ModuleType, name: str, tree, past_length: int) -> CaseIter:
     parents = tree.parents.tolist()
     what = f"parents {parents}"
-    mask = [[bool(v) for v in row] for row in mod.tree_attention_mask(parents)]
-    expect(mask, tree.attention_mask.tolist(), f"tree_attention_mask({what})", HINT_08)
-    expect([int(v) for v in mod.position_ids(parents, past_length)], (past_length + tree.depths).tolist(),
-           f"position_ids({what}, past_length={past_length})", HINT_08)
-    expect([[int(v) for v in row] for row in mod.retrieve_indices(parents)], tree.retrieve_indices.tolist(),
-           f"retrieve_indices({what})", HINT_08)
+
+    def mask() -> None:
+        mistake = _mask_mistake(mod.tree_attention_mask(parents), tree.attention_mask.tolist(), parents,
+                                f"tree_attention_mask({what})")
+        if mistake is not None:
+            raise mistake
+
+    def positions() -> None:
+        got = [int(v) for v in mod.position_ids(parents, past_length)]
+        want = (past_length + tree.depths).tolist()
+        call = f"position_ids({what}, past_length={past_length})"
+        if len(got) != len(want):
+            raise Mismatch(f"{call} = {got}, expected {want}", "08.shape")
+        if got != want:
+            i = next(i for i in range(len(got)) if got[i] != want[i])
+            shift = {g - w for g, w in zip(got, want)}
+            kind = ("08.past_length" if got == tree.depths.tolist() and past_length
+                    else "08.depth" if len(shift) == 1 else "08.positions")
+            raise Mismatch(f"{call} = {got}, expected {want}", kind,
+                           f"node {i} (depth {int(tree.depths[i])}): {got[i]}, expected {want[i]}")
+
+    def retrieve() -> None:
+        got = [[int(v) for v in row] for row in mod.retrieve_indices(parents)]
+        want = tree.retrieve_indices.tolist()
+        call = f"retrieve_indices({what})"
+        if len(got) != len(want):
+            raise Mismatch(f"{call} = {got}, expected {want}", "08.leaves",
+                           f"{len(got)} rows, expected {len(want)} (one per leaf)")
+        for r, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                raise Mismatch(f"{call}: row {r} = {g}, expected {w}", "08.retrieve")
+
+    yield Case(name, "tree_attention_mask", mask)
+    yield Case(name, "position_ids", positions)
+    yield Case(name, "retrieve_indices", retrieve)
 
 
 def _named_08(mod: ModuleType) -> CaseIter:
@@ -591,32 +1183,46 @@ def _named_08(mod: ModuleType) -> CaseIter:
         for name in ("attention_mask", "retrieve_indices"):
             if name in case.expect:  # the hand-checked arrays, not just the core's
                 assert getattr(tree, name).tolist() == case.expect[name], case.name
-        yield case.name, lambda tree=tree: _mask_case(mod, tree, 5)
+        yield from _mask_cases(mod, case.name, tree, 5)
 
 
 def _random_08(mod: ModuleType) -> CaseIter:
     for seed in range(200):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(2, 10)
-            k = rnd.randint(1, min(vocab, 4))
-            root = rnd.randrange(vocab)
-            paths = [[root] + [rnd.randrange(vocab) for _ in range(rnd.randint(0, 4))] for _ in range(rnd.randint(0, 3))]
-            tree = _core_tree(root, rnd.randint(1, 24), paths, _random_rows(rnd, vocab, k), vocab, k)
-            _mask_case(mod, tree, rnd.randint(0, 100))
-
-        yield f"random{seed:03d}", run
+        rnd = random.Random(seed)
+        vocab = rnd.randint(2, 10)
+        k = rnd.randint(1, min(vocab, 4))
+        root = rnd.randrange(vocab)
+        paths = [[root] + [rnd.randrange(vocab) for _ in range(rnd.randint(0, 4))] for _ in range(rnd.randint(0, 3))]
+        tree = _core_tree(root, rnd.randint(1, 24), paths, _random_rows(rnd, vocab, k), vocab, k)
+        yield from _mask_cases(mod, f"random{seed:03d}", tree, rnd.randint(0, 100))
 
 
 # ======================================================================================
 # 09. Greedy acceptance; 10. KV compaction (against racer_ref.verify).
 # ======================================================================================
 
-HINT_09 = ("start at node 0 with accepted = [0]; at node u look for a child c (parents[c] == u) "
-           "with tokens[c] == predicted[u]; if there is one, append it and continue from it; "
-           "otherwise return (accepted, predicted[u]).")
-HINT_10 = ("the result is torch.cat([keys[:, :, :L], keys[:, :, [L + u for u in accepted]]], "
-           "dim=2): the prefix unchanged, then the accepted nodes' slots in path order.")
+
+def _accept_kind(got: List[int], got_next: int, want: List[int], want_next: int, parents) -> str:
+    if not got or got[0] != 0:
+        return "09.root"
+    if any(not 0 <= u < len(parents) for u in got) or any(parents[b] != a for a, b in zip(got, got[1:])):
+        return "09.not_a_path"
+    if got == want:
+        return "09.next_root"
+    if got == want[:len(got)]:
+        return "09.stops_early"
+    if want == got[:len(want)]:
+        return "09.too_far"
+    return "09.wrong_child"
+
+
+def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) -> None:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Mismatch(f"{what} returned {got!r}, expected (accepted, next_root)", "09.root")
+    answer = ([int(u) for u in got[0]], int(got[1]))
+    if answer != (list(want[0]), int(want[1])):
+        raise Mismatch(f"{what} = {answer!r}, expected {(list(want[0]), int(want[1]))!r}",
+                       _accept_kind(answer[0], answer[1], list(want[0]), int(want[1]), list(parents)))
 
 
 def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
@@ -629,10 +1235,7 @@ def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
     logits[torch.arange(len(predicted)), torch.tensor(list(predicted))] = 1.0
     want = accept_greedy(logits, tree)
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
-    got = mod.accept_greedy(list(predicted), list(tokens), list(parents))
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        raise Mismatch(f"{what} returned {got!r}, expected (accepted, next_root)")
-    expect(([int(u) for u in got[0]], int(got[1])), (want[0], want[1]), what, HINT_09)
+    _expect_accept(mod.accept_greedy(list(predicted), list(tokens), list(parents)), (want[0], want[1]), parents, what)
 
 
 def _tree_from_parents(tokens, parents):
@@ -658,12 +1261,10 @@ def _named_09(mod: ModuleType) -> CaseIter:
         def run(case=case) -> None:
             what = f"accept_greedy(predicted={list(case.predicted)}, tokens={list(case.tokens)}, parents={list(case.parents)})"
             got = mod.accept_greedy(list(case.predicted), list(case.tokens), list(case.parents))
-            if not isinstance(got, (tuple, list)) or len(got) != 2:
-                raise Mismatch(f"{what} returned {got!r}, expected (accepted, next_root)")
-            expect(([int(u) for u in got[0]], int(got[1])), (list(case.accepted), case.next_root), what, HINT_09)
+            _expect_accept(got, (list(case.accepted), case.next_root), case.parents, what)
             _accept_case(mod, case.predicted, case.tokens, case.parents)
 
-        yield case.name, run
+        yield Case(case.name, "accept_greedy", run)
 
 
 def _random_09(mod: ModuleType) -> CaseIter:
@@ -679,7 +1280,7 @@ def _random_09(mod: ModuleType) -> CaseIter:
                          if rnd.random() < 0.8 else rnd.randrange(vocab + 1) for u in range(len(tokens))]
             _accept_case(mod, predicted, tokens, tree.parents.tolist())
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "accept_greedy", run)
 
 
 def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: Sequence[int],
@@ -696,26 +1297,30 @@ def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: S
     what = f"keep_accepted(keys of {total} slots, past_length={past_length}, accepted={list(accepted)})"
     got = mod.keep_accepted(keys.clone(), past_length, list(accepted))
     if not isinstance(got, torch.Tensor):
-        raise Mismatch(f"{what} returned {type(got).__name__}, expected a tensor")
+        raise Mismatch(f"{what} returned {type(got).__name__}, expected a tensor", "10.shape")
     want_len = past_length + len(accepted)
-    expect(tuple(got.shape), (1, 2, want_len, 3), f"{what}: shape", HINT_10)
+    expect(tuple(got.shape), (1, 2, want_len, 3), f"{what}: shape", "10.shape")
     layer = SimpleNamespace(keys=keys.clone(), values=keys.clone())
     keep_accepted(SimpleNamespace(layers=[layer]), past_length, list(accepted))
     if slots is not None:
         expect(layer.keys[0, 0, :, 0].long().tolist(), list(slots), f"{what}: reference slots")
-    expect(got[0, 0, :, 0].long().tolist(), layer.keys[0, 0, :, 0].long().tolist(),
-           f"{what}: the slots kept (head 0)", HINT_10)
+    kept, want = got[0, 0, :, 0].long().tolist(), layer.keys[0, 0, :, 0].long().tolist()
+    if kept != want:
+        kind = ("10.prefix" if kept[:past_length] != want[:past_length]
+                else "10.contiguous" if kept == list(range(want_len))
+                else "10.offset" if kept[past_length:] == list(accepted) else "10.slots")
+        raise Mismatch(f"{what}: the slots kept (head 0) = {kept!r}, expected {want!r}", kind)
     if not torch.equal(got, layer.keys):
         raise Mismatch(f"{what}: the values differ from racer_ref.verify.keep_accepted's in another head",
-                       HINT_10)
+                       "10.heads")
 
 
 def _named_10(mod: ModuleType) -> CaseIter:
     from racer_ref.course.cases.trees import COMPACT_CASES
 
     for case in COMPACT_CASES:
-        yield case.name, lambda case=case: _compact_case(mod, case.past_length, case.tree_size,
-                                                        case.accepted, case.slots)
+        yield Case(case.name, "keep_accepted", lambda case=case: _compact_case(
+            mod, case.past_length, case.tree_size, case.accepted, case.slots))
 
 
 def _random_10(mod: ModuleType) -> CaseIter:
@@ -731,24 +1336,23 @@ def _random_10(mod: ModuleType) -> CaseIter:
                 node = int(tree.parents[node])
             _compact_case(mod, rnd.randint(0, 9), len(tree), path[::-1], None)
 
-        yield f"random{seed:03d}", run
+        yield Case(f"random{seed:03d}", "keep_accepted", run)
 
 
 EXERCISES: Dict[str, Exercise] = {
     e.number: e
     for e in [
-        Exercise("01", "trie insert with frequencies", ("Trie",), _named_01, _random_01,
-                 "Trie.extend must commit every token (see the module docstring)."),
-        Exercise("02", "failure links (eager build)", ("failure_links",), _named_02, _random_02, HINT_02),
-        Exercise("03", "lazy failure links", ("LazyTrie",), _named_03, _random_03, HINT_03),
-        Exercise("04", "the O(1) LRU list", ("LruList",), _named_04, _random_04, HINT_04),
-        Exercise("05", "the copy-logit table", ("CopyLogitTable",), _named_05, _random_05, HINT_05),
-        Exercise("06", "the logits tree of Eq. 3", ("child_breadth", "logits_tree"), _named_06, _random_06, HINT_06),
-        Exercise("07", "the merged draft tree", ("draft_tree",), _named_07, _random_07, HINT_07),
+        Exercise("01", "trie insert with frequencies", ("Trie",), _named_01, _random_01, READ["01"]),
+        Exercise("02", "failure links (eager build)", ("failure_links",), _named_02, _random_02, READ["02"]),
+        Exercise("03", "lazy failure links", ("LazyTrie",), _named_03, _random_03, READ["03"]),
+        Exercise("04", "the O(1) LRU list", ("LruList",), _named_04, _random_04, READ["04"]),
+        Exercise("05", "the copy-logit table", ("CopyLogitTable",), _named_05, _random_05, READ["05"]),
+        Exercise("06", "the logits tree of Eq. 3", ("child_breadth", "logits_tree"), _named_06, _random_06, READ["06"]),
+        Exercise("07", "the merged draft tree", ("draft_tree",), _named_07, _random_07, READ["07"]),
         Exercise("08", "tree attention mask, position ids, retrieve_indices",
-                 ("tree_attention_mask", "position_ids", "retrieve_indices"), _named_08, _random_08, HINT_08),
-        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, HINT_09),
-        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, HINT_10),
+                 ("tree_attention_mask", "position_ids", "retrieve_indices"), _named_08, _random_08, READ["08"]),
+        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"]),
+        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"]),
     ]
 }
 
@@ -781,7 +1385,8 @@ def unwritten(source: str) -> List[str]:
 
 def load(path: Path) -> ModuleType:
     """Import the student's file as a fresh module (not added to ``sys.modules``)."""
-    spec = importlib.util.spec_from_file_location(f"racer_ref_exercise_{path.stem}", path)
+    name = re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(f"racer_ref_exercise_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
@@ -789,56 +1394,217 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-def exercise_of(path: Path) -> Exercise:
-    match = re.match(r"(\d\d)_", path.name)
-    if not match or match.group(1) not in EXERCISES:
-        known = ", ".join(f"{n} ({e.title})" for n, e in EXERCISES.items())
-        raise ValueError(f"path: expected a file named NN_*.py with NN one of {known}; got {path.name}")
-    return EXERCISES[match.group(1)]
+def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> Exercise:
+    """The exercise a file answers, from (first found): ``forced`` (``--exercise``), an
+    ``EXERCISE = "NN"`` line, the module docstring's first words ``Exercise NN``, or the first
+    ``NN_`` in the file name (``04_lru.py``, ``my_04_lru.py``). Raises ``ValueError``."""
+    found, how = None, ""
+    if forced is not None:
+        found, how = forced[:2], "--exercise"
+    if found is None:
+        match = re.search(r"""^EXERCISE\s*=\s*["'](\d\d)""", source, re.MULTILINE)
+        if match:
+            found, how = match.group(1), "the EXERCISE line"
+    if found is None:
+        try:
+            doc = ast.get_docstring(ast.parse(source)) or ""
+        except SyntaxError:
+            doc = ""
+        match = re.match(r"\s*Exercise (\d\d)\b", doc)
+        if match:
+            found, how = match.group(1), "the module docstring"
+    if found is None:
+        match = re.search(r"(?<!\d)(\d\d)_", path.name)
+        if match:
+            found, how = match.group(1), "the file name"
+    known = ", ".join(f"{n} ({e.title})" for n, e in EXERCISES.items())
+    if found is None:
+        raise ValueError(f"path: cannot tell which exercise {path.name} answers: pass --exercise NN, "
+                         f"or put EXERCISE = \"NN\" in the file, or name it like NN_*.py or my_NN_*.py "
+                         f"(NN_*.py as in exercises/), with NN one of {known}")
+    if found not in EXERCISES:
+        raise ValueError(f"{'exercise' if how == '--exercise' else 'path'}: {how} names exercise {found}, "
+                         f"expected one of {known}")
+    return EXERCISES[found]
 
 
-def run_exercise(module: ModuleType, exercise: Exercise, out: Any = None) -> bool:
-    """Run the named, then the random cases; print the first divergence. True if all pass."""
+@dataclass
+class Failure:
+    """The first failing case of one function of an exercise."""
+
+    case: str
+    message: str
+    kind: str
+    detail: str = ""
+    traceback: List[str] = field(default_factory=list)
+
+    def as_dict(self) -> Dict[str, Any]:
+        hint = HINTS.get(self.kind)
+        return {"case": self.case, "message": self.message, "detail": self.detail, "diagnosis": self.kind,
+                "hint": hint.diagnosis if hint else "", "nudge": hint.nudge if hint else "",
+                "traceback": self.traceback}
+
+
+@dataclass
+class Result:
+    """What running an exercise's cases gave: per function, cases passed and run."""
+
+    exercise: Exercise
+    named: int = 0
+    random: int = 0
+    passed: Dict[str, int] = field(default_factory=dict)
+    total: Dict[str, int] = field(default_factory=dict)
+    failures: Dict[str, Failure] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+    #: the first failure in running order
+    first: Optional[Failure] = None
+
+
+def _run_case(case: Case) -> Tuple[Optional[Failure], Optional[str]]:
+    try:
+        return None, case.run()
+    except Mismatch as mismatch:
+        return Failure(case.name, str(mismatch), mismatch.kind or "raised", mismatch.detail), None
+    except Exception as error:  # the student's code raised: show where, in their file
+        tb = traceback.format_exc().rstrip().splitlines()
+        return Failure(case.name, f"your code raised an exception: {type(error).__name__}: {error}",
+                       "raised", traceback=tb[-6:]), None
+
+
+def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = None) -> Result:
+    """Run the named, then the random cases. With ``every`` False, stop at the first failure
+    and print progress to ``out``; with ``every`` True, run them all, printing nothing."""
+    result = Result(exercise)
+    named, randoms = list(exercise.named(module)), list(exercise.random(module))
+    result.named, result.random = len(named), len(randoms)
+    for case in named + randoms:
+        result.total[case.function] = result.total.get(case.function, 0) + 1
+        result.passed.setdefault(case.function, 0)
+    if out is not None:
+        print(f"exercise {exercise.number} ({exercise.title}): {len(named)} named cases, "
+              f"{len(randoms)} random cases", file=out)
+    for kind, cases in (("named", named), ("random", randoms)):
+        for case in cases:
+            if every:  # what the student's code prints must not end up in the JSON
+                with contextlib.redirect_stdout(io.StringIO()):
+                    failure, note = _run_case(case)
+            else:
+                failure, note = _run_case(case)
+            if note:
+                result.notes.append(note)
+                if out is not None:
+                    print(f"  ({note})", file=out)
+            if failure is None:
+                result.passed[case.function] += 1
+                continue
+            result.failures.setdefault(case.function, failure)
+            result.first = result.first or failure
+            if not every:
+                return result
+        if out is not None:
+            print(f"  {kind} cases: all {len(cases)} pass", file=out)
+    return result
+
+
+def print_failure(failure: Failure, exercise: Exercise, level: int, path: Path, out: Any) -> None:
+    """The failing case, then the hints up to stage ``level`` (1-3)."""
+    print(f"FAIL {failure.case}: {failure.message}", file=out)
+    if failure.traceback:
+        print("\n".join("    " + line for line in failure.traceback), file=out)
+    if failure.detail:
+        print(f"    ({failure.detail})", file=out)
+    hint = HINTS.get(failure.kind, HINTS["raised"])
+    print(f"hint: {hint.diagnosis}", file=out)
+    if level >= 2:
+        print(f"hint 2: {hint.nudge}", file=out)
+    if level >= 3:
+        print(f"hint 3: read {exercise.read}", file=out)
+    if level < 3:
+        what = "a nudge" if level == 1 else "where to read, with a worked example"
+        print(f"({what}: racer-ref check --hint {level + 1} {path})", file=out)
+
+
+def run_exercise(module: ModuleType, exercise: Exercise, out: Any = None, level: int = 1,
+                 path: Path = Path("FILE")) -> bool:
+    """Run the named, then the random cases; print the first divergence with hints up to
+    stage ``level``. True if all pass."""
     out = sys.stdout if out is None else out
     missing = [n for n in exercise.names if not hasattr(module, n)]
     if missing:
         print(f"FAIL: the file does not define {', '.join(missing)}", file=out)
         return False
-    named, randoms = list(exercise.named(module)), list(exercise.random(module))
-    print(f"exercise {exercise.number} ({exercise.title}): {len(named)} named cases, "
-          f"{len(randoms)} random cases", file=out)
-    for kind, cases in (("named", named), ("random", randoms)):
-        for name, thunk in cases:
-            try:
-                thunk()
-            except Mismatch as mismatch:
-                print(f"FAIL {name}: {mismatch}", file=out)
-                print(f"hint: {mismatch.hint or exercise.hint}", file=out)
-                return False
-            except Exception:  # the student's code raised: show where, in their file
-                tb = traceback.format_exc().rstrip().splitlines()
-                print(f"FAIL {name}: your code raised an exception:", file=out)
-                print("\n".join("    " + line for line in tb[-6:]), file=out)
-                print(f"hint: {exercise.hint}", file=out)
-                return False
-        print(f"  {kind} cases: all {len(cases)} pass", file=out)
+    result = run_cases(module, exercise, every=False, out=out)
+    if result.first is not None:
+        print_failure(result.first, exercise, level, path, out)
+        return False
     print(f"PASS: exercise {exercise.number} agrees with the reference on every case.", file=out)
     return True
+
+
+def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
+    """The machine-readable result of one file: every case is run (a body still ``...``
+    fails its cases), with ``passed`` / ``total`` cases per function and in all."""
+    out: Dict[str, Any] = {"file": str(path), "exercise": None, "title": None, "status": "error",
+                           "passed": 0, "total": 0, "score": 0.0, "functions": {}, "unwritten": [],
+                           "notes": [], "error": None}
+    try:
+        source = path.read_text(encoding="utf-8")
+        exercise = exercise_of(path, source, forced)
+    except (ValueError, OSError) as error:
+        out["error"] = str(error)
+        return out
+    out.update(exercise=exercise.number, title=exercise.title)
+    try:
+        out["unwritten"] = unwritten(source)
+        with contextlib.redirect_stdout(io.StringIO()):
+            module = load(path)
+    except Exception:
+        out["error"] = "the file does not import:\n" + "\n".join(traceback.format_exc().rstrip().splitlines()[-6:])
+        return out
+    result = run_cases(module, exercise, every=True)
+    functions = {}
+    for name in result.total:
+        failure = result.failures.get(name)
+        functions[name] = {"passed": result.passed[name], "total": result.total[name],
+                           "first_failure": failure.as_dict() if failure else None}
+    passed, total = sum(result.passed.values()), sum(result.total.values())
+    out.update(status="pass" if passed == total else "fail", passed=passed, total=total,
+               score=round(passed / total, 4) if total else 0.0, functions=functions, notes=result.notes)
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``racer-ref check FILE...``: 0 if every file passes, 1 if one fails, 2 on bad usage."""
     parser = argparse.ArgumentParser(
         prog="racer-ref check",
-        description="Check an exercise (exercises/NN_*.py) against the cases the Rust core and "
-                    "the Python twin pass; print the first diverging case with a hint.")
+        description="Check an exercise (a copy of exercises/NN_*.py, any name) against the cases the "
+                    "Rust core and the Python twin pass; print the first diverging case, what kind of "
+                    "mistake it looks like, and hints in stages.")
     parser.add_argument("files", nargs="+", type=Path, help="exercise files, e.g. exercises/06_logits_tree.py")
+    parser.add_argument("--hint", type=int, default=1, choices=(1, 2, 3),
+                        help="hint stage: 1 what went wrong and the kind of mistake (default), 2 adds a "
+                             "nudge on the concept, 3 adds where to read with a worked example")
+    parser.add_argument("--exercise", metavar="NN", choices=sorted(EXERCISES),
+                        help="the exercise the files answer (default: from an EXERCISE = \"NN\" line, the "
+                             "module docstring 'Exercise NN', or NN_ in the file name)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object for autograders instead: every case is run; per file "
+                             "and per function, passed and total cases, and the first failure with its "
+                             "diagnosis")
     args = parser.parse_args(argv)
+    if args.json:
+        results = [json_result(path, args.exercise) for path in args.files]
+        passed, total = sum(r["passed"] for r in results), sum(r["total"] for r in results)
+        print(json.dumps({"passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0,
+                          "files": results}, indent=2))
+        if any(r["status"] == "error" and r["exercise"] is None for r in results):
+            return 2
+        return 0 if all(r["status"] == "pass" for r in results) else 1
     status = 0
     for path in args.files:
         try:
-            exercise = exercise_of(path)
             source = path.read_text(encoding="utf-8")
+            exercise = exercise_of(path, source, args.exercise)
         except (ValueError, OSError) as error:
             print(f"racer-ref check: {error}", file=sys.stderr)
             return 2
@@ -855,7 +1621,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("\n".join("    " + line for line in traceback.format_exc().rstrip().splitlines()[-6:]))
             status = 1
             continue
-        if not run_exercise(module, exercise):
+        if not run_exercise(module, exercise, level=args.hint, path=path):
             status = 1
     return status
 
