@@ -116,7 +116,9 @@ def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional
             found = diagnose()
             if found is not None:
                 mismatch.kind = found.kind
-                mismatch.detail = mismatch.detail or (str(found) if str(found) != str(mismatch) else found.detail)
+                extra = found.detail or str(found)
+                if not mismatch.detail and extra not in str(mismatch):
+                    mismatch.detail = extra
         raise
 
 
@@ -317,17 +319,17 @@ HINTS: Dict[str, Hint] = {
         "a retrieval path is not in the tree: retrieval goes first.",
         "Insert every retrieval path before the logits tree spends any capacity."),
     "07.parents_order": Hint(
-        "the tree is not flattened breadth-first: a parent comes after its child (or parents[0] "
-        "is not -1).",
+        "the merged tree is not flattened breadth-first: a parent comes after its child (or "
+        "parents[0] is not -1).",
         "Build the tree as nodes with children, then number it breadth-first at the end."),
     "07.capacity": Hint(
-        "the tree has more nodes than capacity (the root counts as one node).",
+        "the merged tree has more nodes than capacity (the root counts as one node).",
         "Merged nodes cost nothing; every new node counts, the root included."),
     "07.duplicate": Hint(
         "a node has two children with the same token: the merge created a duplicate.",
         "When the logits tree offers (parent, token) that is already a child, reuse that child."),
     "07.order": Hint(
-        "the tree has the right nodes in the wrong order: the flattening is not breadth-first.",
+        "the merged tree has the right nodes in the wrong order: the flattening is not breadth-first.",
         "Flatten breadth-first at the end, each node's children in insertion order."),
     "07.too_few": Hint(
         "nodes are missing: the logits tree stops too early over the retrieval tree.",
