@@ -212,7 +212,7 @@ _RIGHT = "\n\n_right = accept_greedy\n\n"
 #: the diagnosed kind, words of the output). Each is a mistake a student makes.
 MISTAKES = [
     ("01", STUDENT_01, [("Node(token, window, i + 1)", "Node(token, window, i)")],
-     "Node.depth off by one", "01.depth", ["the node of (1,): depth = 0, expected 1"]),
+     "Node.depth off by one", "01.depth", ["FAIL basic020_counts: step 0 (tokens [1, 2, 1, 2, 1], ngram 3): the node of (1,): depth = 0, expected 1"]),
     ("01", STUDENT_01, [("range(self.ngram - 1, -1, -1)", "range(self.ngram - 2, -1, -1)")],
      "the longest window is skipped", "01.longest_window", ["none of the", "strings of length ngram = 3"]),
     ("01", STUDENT_01, [("new = [self.root] + [None] * self.ngram", "new = self.windows"),

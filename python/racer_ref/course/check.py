@@ -532,11 +532,13 @@ def _trie_mistake(trie, states, ngram: int, committed: Sequence[int]) -> Optiona
         return Mismatch(f"trie.freq({path}) = {got}, expected {want}", kind)
     for path in _by_length(nodes):
         node = nodes[path]
-        expect(getattr(node, "depth", None), len(path), f"the node of {path}: depth", "01.depth")
-        parent = nodes.get(path[:-1], root)
-        if getattr(node, "parent", None) is not parent:
+        depth, token = getattr(node, "depth", None), getattr(node, "token", None)
+        if depth != len(path):
+            return Mismatch(f"the node of {path}: depth = {depth!r}, expected {len(path)}", "01.depth")
+        if getattr(node, "parent", None) is not nodes.get(path[:-1], root):
             return Mismatch(f"the node of {path}: parent is not the node of {path[:-1]}", "01.parent")
-        expect(getattr(node, "token", None), path[-1], f"the node of {path}: token", "01.token")
+        if token != path[-1]:
+            return Mismatch(f"the node of {path}: token = {token!r}, expected {path[-1]!r}", "01.token")
     if len(trie) != len(states):
         return Mismatch(f"len(trie) = {len(trie)}, expected {len(states)}", "01.count")
     return None
