@@ -327,6 +327,11 @@ def test_a_mask_is_shown_by_its_wrong_cell_not_as_two_matrices(tmp_path, capsys)
     assert "[[" not in out
 
 
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_a_copy_of_an_exercise_under_any_name_is_recognised_by_its_docstring(path):
+    assert check.exercise_of(Path("my_answer.py"), path.read_text()).number == path.name[:2]
+
+
 @pytest.mark.parametrize("name, header", [
     ("my_04_lru.py", ""),                                  # the README's copy
     ("lru_answer.py", 'EXERCISE = "04"\n'),                # a marker line
