@@ -164,6 +164,13 @@ def test_an_exception_in_student_code_is_shown_with_its_line(tmp_path, capsys):
     assert "IndexError" in out and "09_raises.py" in out and "hint: " in out
 
 
+def test_a_syntax_error_is_reported_not_raised(tmp_path, capsys):
+    path = tmp_path / "my_09.py"
+    path.write_text("def accept_greedy(predicted, tokens, parents):\n    return (\n")
+    status, out = run_check(path, capsys)
+    assert status == 1 and "does not import" in out and "SyntaxError" in out
+
+
 def test_unwritten_finds_ellipsis_bodies_only():
     source = '''
 def done():

@@ -22,12 +22,12 @@ for the kind of mistake diagnosed (not the solution):
     $ racer-ref check my_06_logits_tree.py     # root children halved once too often
     exercise 06 (the logits tree of Eq. 3): 11 named cases, 300 random cases
     FAIL breadth_eq3: child_breadth(2, 0, parent_is_root=True) = 1, expected 2
-    hint: the root's children are halved once too often: ...
+    hint: the root's children are halved once too often: the root's first child keeps breadth b.
     (a nudge: racer-ref check --hint 2 my_06_logits_tree.py)
 
 Any file name works: the exercise is read from ``--exercise NN``, else an ``EXERCISE = "NN"``
 line, else the module docstring's first words ("Exercise NN"), else the first two-digit
-number followed by ``_`` in the file name (``my_04_lru.py``). ``--json`` prints a
+number in the file name (``my_04_lru.py``). ``--json`` prints a
 machine-readable result instead (every case is run; a score per function), for autograders.
 Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
 run in-process on the student's module; nothing is written anywhere.
@@ -1401,7 +1401,8 @@ def load(path: Path) -> ModuleType:
 def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> Exercise:
     """The exercise a file answers, from (first found): ``forced`` (``--exercise``), an
     ``EXERCISE = "NN"`` line, the module docstring's first words ``Exercise NN``, or the first
-    ``NN_`` in the file name (``04_lru.py``, ``my_04_lru.py``). Raises ``ValueError``."""
+    two-digit number in the file name (``04_lru.py``, ``my_04_lru.py``, ``lru_04.py``). Raises
+    ``ValueError``."""
     found, how = None, ""
     if forced is not None:
         found, how = forced[:2], "--exercise"
@@ -1418,14 +1419,14 @@ def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> E
         if match:
             found, how = match.group(1), "the module docstring"
     if found is None:
-        match = re.search(r"(?<!\d)(\d\d)_", path.name)
+        match = re.search(r"(?<!\d)(\d\d)(?!\d)", path.name)
         if match:
             found, how = match.group(1), "the file name"
     known = ", ".join(f"{n} ({e.title})" for n, e in EXERCISES.items())
     if found is None:
         raise ValueError(f"path: cannot tell which exercise {path.name} answers: pass --exercise NN, "
-                         f"or put EXERCISE = \"NN\" in the file, or name it like NN_*.py or my_NN_*.py "
-                         f"(NN_*.py as in exercises/), with NN one of {known}")
+                         f"or put EXERCISE = \"NN\" in the file, or name it with the number, like NN_*.py as "
+                         f"in exercises/ or my_NN_*.py, with NN one of {known}")
     if found not in EXERCISES:
         raise ValueError(f"{'exercise' if how == '--exercise' else 'path'}: {how} names exercise {found}, "
                          f"expected one of {known}")
@@ -1590,7 +1591,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "nudge on the concept, 3 adds where to read with a worked example")
     parser.add_argument("--exercise", metavar="NN", choices=sorted(EXERCISES),
                         help="the exercise the files answer (default: from an EXERCISE = \"NN\" line, the "
-                             "module docstring 'Exercise NN', or NN_ in the file name)")
+                             "module docstring 'Exercise NN', or a two-digit number in the file name)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object for autograders instead: every case is run; per file "
                              "and per function, passed and total cases, and the first failure with its "
@@ -1612,7 +1613,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (ValueError, OSError) as error:
             print(f"racer-ref check: {error}", file=sys.stderr)
             return 2
-        todo = unwritten(source)
+        try:
+            todo = unwritten(source)
+        except SyntaxError:
+            todo = []  # load() below reports it, with its line
         if todo:
             print(f"exercise {exercise.number} ({exercise.title}): not written yet: "
                   f"{', '.join(todo)} (a body is still `...`)")
