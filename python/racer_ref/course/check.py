@@ -516,10 +516,20 @@ def _random_04(mod: ModuleType) -> CaseIter:
         # 300,000 operations on 100,000 slots: about a second when each is O(1).
         capacity = 100_000
         lru, rnd = mod.LruList(capacity), random.Random(0)
+        slots = [rnd.randrange(capacity) for _ in range(300_000)]
         start = time.perf_counter()
-        for i in range(300_000):
-            lru.touch(rnd.randrange(capacity)) if i % 3 else lru.remove(rnd.randrange(capacity))
+        for i, slot in enumerate(slots):
+            lru.touch(slot) if i % 3 else lru.remove(slot)
         seconds = time.perf_counter() - start
+        on: Dict[int, int] = {}  # slot -> time of its last touch, for the slots on the list
+        for i, slot in enumerate(slots):
+            if i % 3:
+                on[slot] = i
+            else:
+                on.pop(slot, None)
+        expect(len(lru), len(on), "after 300,000 operations on 100,000 slots: len()", "04.len")
+        expect(lru.most_recent(), max(on, key=on.__getitem__), "after 300,000 operations: most_recent()", "04.ends")
+        expect(lru.least_recent(), min(on, key=on.__getitem__), "after 300,000 operations: least_recent()", "04.ends")
         return f"scale: 300,000 operations on 100,000 slots took {seconds:.2f} s"
 
     yield Case("scale100k", "LruList", scale)
