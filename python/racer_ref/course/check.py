@@ -808,10 +808,11 @@ def _mask_mistake(got: Any, want: List[List[bool]], parents: List[int], what: st
     while node >= 0:
         path.append(node)
         node = parents[node]
-    relation = ("itself" if i == j else f"an ancestor of node {i}" if want[i][j]
-                else f"not an ancestor of node {i}")
+    relation = ("the diagonal: a node attends to itself" if i == j
+                else f"node {j} is an ancestor of node {i}" if want[i][j]
+                else f"node {j} is not an ancestor of node {i}")
     message = (f"{what}: row {i}, column {j} is {mask[i][j]}, expected {want[i][j]} "
-               f"(node {j} is {relation}; {len(wrong)} of {n * n} cells are wrong)")
+               f"({relation}; {len(wrong)} of {n * n} cells are wrong)")
     detail = f"node {i}'s path to the root: {' -> '.join(map(str, path))}"
     if mask == [list(col) for col in zip(*want)]:
         return Mismatch(message, "08.transposed", detail)
