@@ -12,8 +12,8 @@ exercise 04); the trie may grow without bound.
                                                   -> c:1
 
 Check your code:  racer-ref check exercises/01_trie_frequencies.py
-(it runs the automaton's named cases and compares your trie with the Rust core's on
-random token streams).
+(it runs the automaton's named cases and compares your trie, node by node from self.root:
+its strings, freq, depth, parent and token, with the Rust core's on random token streams).
 """
 
 from __future__ import annotations

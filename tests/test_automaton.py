@@ -12,14 +12,14 @@ from typing import Any, Callable, List
 import numpy as np
 import pytest
 
-from racer_ref.cases.automaton import CASES, Case, parse_dump
+from racer_ref.course.cases.automaton import CASES, Case, parse_dump
 from conftest import automaton_class
 
 REPO = FsPath(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------------------
-# Named cases (hand-checked; see racer_ref/cases/automaton.py)
+# Named cases (hand-checked; see racer_ref/course/cases/automaton.py)
 # --------------------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from racer_ref.cases.automaton import count_occurrences, eager_failure_links, parse_dump
+from racer_ref.course.cases.automaton import count_occurrences, eager_failure_links, parse_dump
 from conftest import automaton_class
 
 Path = Tuple[int, ...]

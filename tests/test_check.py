@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from racer_ref import check
+from racer_ref.course import check
 from racer_ref.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,6 +164,13 @@ def test_an_exception_in_student_code_is_shown_with_its_line(tmp_path, capsys):
     assert "IndexError" in out and "09_raises.py" in out and "hint: " in out
 
 
+def test_a_syntax_error_is_reported_not_raised(tmp_path, capsys):
+    path = tmp_path / "my_09.py"
+    path.write_text("def accept_greedy(predicted, tokens, parents):\n    return (\n")
+    status, out = run_check(path, capsys)
+    assert status == 1 and "does not import" in out and "SyntaxError" in out
+
+
 def test_unwritten_finds_ellipsis_bodies_only():
     source = '''
 def done():
@@ -195,3 +202,211 @@ def test_the_cli_runs_the_checker(capsys):
     status = cli_main(["check", str(SOLUTIONS / "09_greedy_acceptance.py")])
     assert status == 0
     assert "PASS: exercise 09" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------
+# A checker that teaches (issue 26 item 3): a diagnosis per kind of mistake, hints in
+# stages, any file name, a JSON score.
+# ---------------------------------------------------------------------------------------
+
+#: The kind of mistake the checker diagnoses for each bug of PLANTED, in the same order.
+PLANTED_KINDS = ["01.freq_once", "01.root_window", "02.gave_up", "03.stale", "03.cache", "04.ends", "04.ends",
+                 "05.not_last", "06.root_halved", "07.sources", "08.transposed", "08.past_length",
+                 "09.stops_early", "10.contiguous"]
+
+_RIGHT = "\n\n_right = accept_greedy\n\n"
+#: (file, source or None for the solution, [(old, new), ...] ("" appends new), planted bug,
+#: the diagnosed kind, words of the output). Each is a mistake a student makes.
+MISTAKES = [
+    ("01", STUDENT_01, [("Node(token, window, i + 1)", "Node(token, window, i)")],
+     "Node.depth off by one", "01.depth", ["FAIL basic020_counts: step 0 (tokens [1, 2, 1, 2, 1], ngram 3): the node of (1,): depth = 0, expected 1"]),
+    ("01", STUDENT_01, [("range(self.ngram - 1, -1, -1)", "range(self.ngram - 2, -1, -1)")],
+     "the longest window is skipped", "01.longest_window", ["none of the", "strings of length ngram = 3"]),
+    ("01", STUDENT_01, [("new = [self.root] + [None] * self.ngram", "new = self.windows"),
+                        ("range(self.ngram - 1, -1, -1)", "range(self.ngram)")],
+     "windows updated in place, shortest first", "01.never_committed", ["never occurs in the committed tokens"]),
+    ("01", STUDENT_01, [("                    self.nodes += 1\n                child.freq += 1",
+                         "                child.freq += 1\n                self.nodes += 1")],
+     "a node counted at every visit", "01.count", ["len(trie) = 12, expected 6"]),
+    ("02", None, [("return eager_failure_links(sorted(paths, key=len))", "return {p: p[1:] for p in paths}")],
+     "link to s[1:] even when absent", "02.not_a_state", ["is not a state of the trie"]),
+    ("04", None, [("        self.on[slot] = False\n        self.size -= 1", "        self.on[slot] = False")],
+     "size not decremented on unlink", "04.len", ["len() = "]),
+    ("05", None, [("", "\n    def row(self, token):\n        return list(super().row(token)) or [0] * self.k\n")],
+     "unseen rows are zeros, not empty", "05.unseen", ["expected []"]),
+    ("06", None, [("import child_breadth  # noqa: F401 (the answer)", "import child_breadth as _cb\n\n"
+                   "def child_breadth(b, j, parent_is_root):\n    return b >> (j + (0 if parent_is_root else 1))")],
+     "Eq. 3 without the floor of 1", "06.floor", ["child_breadth(1, 0, parent_is_root=False) = 0, expected 1"]),
+    ("06", None, [("build_draft_tree(root, capacity, [], table)", "build_draft_tree(root, capacity + 1, [], table)")],
+     "one node over capacity", "06.capacity", ["nodes, capacity"]),
+    ("07", None, [("build_draft_tree(root, capacity, retrieval_paths, table)", "build_draft_tree(root, capacity, [], table)")],
+     "retrieval paths left out", "07.retrieval", ["(the retrieval path [0, 1, 2, 3] is missing)"]),
+    ("08", None, [("return _tree(parents).attention_mask.tolist()",
+                   "return (_tree(parents).attention_mask & ~np.eye(len(parents), dtype=bool)).tolist()")],
+     "the diagonal left out", "08.self", ["row 0, column 0 is False, expected True"]),
+    ("08", None, [("return _tree(parents).attention_mask.tolist()",
+                   "return [[i == j or parents[i] == j for j in range(len(parents))] for i in range(len(parents))]")],
+     "the parent only, not every ancestor", "08.ancestors", ["row 3, column 0 is False, expected True",
+                                                              "node 0 is an ancestor of node 3"]),
+    ("08", None, [("return (past_length + _tree(parents).depths).tolist()",
+                   "return (past_length + _tree(parents).depths + 1).tolist()")],
+     "positions start at L + 1", "08.depth", ["position_ids(", "node 0 (depth 0): 6, expected 5"]),
+    ("09", None, [("", _RIGHT + "def accept_greedy(predicted, tokens, parents):\n"
+                       "    accepted, _ = _right(predicted, tokens, parents)\n"
+                       "    return accepted, tokens[accepted[-1]]\n")],
+     "the bonus token taken from the tree", "09.next_root", ["accept_greedy("]),
+    ("09", None, [("", _RIGHT + "def accept_greedy(predicted, tokens, parents):\n"
+                       "    accepted = _right(predicted, tokens, parents)[0][:2]\n"
+                       "    return accepted, predicted[accepted[-1]]\n")],
+     "the walk stops after one child", "09.stops_early", ["accept_greedy("]),
+    ("10", None, [("    _keep(SimpleNamespace(layers=[layer]), past_length, list(accepted))\n    return layer.keys",
+                   "    return keys[:, :, list(range(past_length)) + list(accepted)]")],
+     "the slots without the offset L", "10.offset", ["the slots kept (head 0)"]),
+]
+
+
+def _planted(tmp_path: Path, number: str, source, edits, name: str = "") -> Path:
+    if source is None:
+        (solution,) = SOLUTIONS.glob(f"{number}_*.py")
+        source = solution.read_text()
+    for old, new in edits:
+        if old:
+            assert source.count(old) == 1, f"the planted edit {old!r} does not apply"
+            source = source.replace(old, new)
+        else:
+            source += new
+    path = tmp_path / (name or f"{number}_planted.py")
+    path.write_text(source)
+    return path
+
+
+def _diagnosis(out: str) -> str:
+    """The kind of mistake whose stage-1 hint the output shows."""
+    (line,) = [line for line in out.splitlines() if line.startswith("hint: ")]
+    kinds = [kind for kind, hint in check.HINTS.items() if line == f"hint: {hint.diagnosis}"]
+    assert len(kinds) == 1, line
+    return kinds[0]
+
+
+def test_every_hint_is_a_diagnosis_and_a_nudge():
+    assert len(PLANTED_KINDS) == len(PLANTED)
+    for kind, hint in check.HINTS.items():
+        assert len(hint.diagnosis) > 54 and len(hint.nudge) > 40, kind
+    # One kind of mistake, one diagnosis: the output names the kind unambiguously.
+    assert len({hint.diagnosis for hint in check.HINTS.values()}) == len(check.HINTS)
+    assert sorted(check.READ) == sorted(check.EXERCISES)
+
+
+@pytest.mark.parametrize("planted, kind", list(zip(PLANTED, PLANTED_KINDS)),
+                         ids=[f"{p[0]}-{k}" for p, k in zip(PLANTED, PLANTED_KINDS)])
+def test_the_planted_bugs_get_their_diagnosis(tmp_path, capsys, planted, kind):
+    number, source, edit, _, _ = planted
+    status, out = run_check(_planted(tmp_path, number, source, [edit]), capsys)
+    assert status == 1 and _diagnosis(out) == kind, out
+
+
+@pytest.mark.parametrize("number, source, edits, bug, kind, words", MISTAKES,
+                         ids=[f"{m[0]}-{m[4]}" for m in MISTAKES])
+def test_each_kind_of_mistake_gets_its_own_diagnosis_and_nudge(tmp_path, capsys, number, source, edits, bug,
+                                                               kind, words):
+    path = _planted(tmp_path, number, source, edits)
+    status, out = run_check(path, capsys)
+    assert status == 1, out
+    assert _diagnosis(out) == kind, out
+    for word in words:
+        assert word in out, f"{word!r} not in:\n{out}"
+    assert "hint 2:" not in out and f"racer-ref check --hint 2 {path}" in out
+    # Stage 2 adds the nudge for this kind of mistake; stage 3 where to read.
+    assert check.main(["--hint", "2", str(path)]) == 1
+    out2 = capsys.readouterr().out
+    assert f"hint 2: {check.HINTS[kind].nudge}" in out2 and "hint 3:" not in out2
+    assert check.main(["--hint", "3", str(path)]) == 1
+    assert f"hint 3: read {check.READ[number]}" in capsys.readouterr().out
+
+
+def test_a_mask_is_shown_by_its_wrong_cell_not_as_two_matrices(tmp_path, capsys):
+    path = _planted(tmp_path, *PLANTED[10][:2], [PLANTED[10][2]])  # the transposed mask
+    status, out = run_check(path, capsys)
+    fail = [line for line in out.splitlines() if line.startswith("FAIL")][0]
+    assert fail == ("FAIL draft010_retrieval_paths_share_prefixes: tree_attention_mask(parents [-1, 0, 0, 1, 1, 3]): "
+                    "row 0, column 1 is True, expected False (node 1 is not an ancestor of node 0; 18 of 36 cells "
+                    "are wrong)"), out
+    assert "[[" not in out
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_a_copy_of_an_exercise_under_any_name_is_recognised_by_its_docstring(path):
+    assert check.exercise_of(Path("my_answer.py"), path.read_text()).number == path.name[:2]
+
+
+@pytest.mark.parametrize("name, header", [
+    ("my_04_lru.py", ""),                                  # the README's copy
+    ("lru_answer.py", 'EXERCISE = "04"\n'),                # a marker line
+    ("lru_answer.py", '"""Exercise 04: the LRU list."""\n'),  # the exercises' docstring
+])
+def test_any_file_name_works(tmp_path, capsys, name, header):
+    source = (SOLUTIONS / "04_lru.py").read_text().split("\n", 1)[1]  # without its docstring
+    path = tmp_path / name
+    path.write_text(header + source)
+    status, out = run_check(path, capsys)
+    assert status == 0 and "PASS: exercise 04" in out, out
+
+
+def test_the_exercise_flag_overrides_the_name(tmp_path, capsys):
+    path = tmp_path / "answer.py"
+    path.write_text((SOLUTIONS / "09_greedy_acceptance.py").read_text().split("\n", 1)[1])
+    assert check.main([str(path)]) == 2
+    assert "--exercise NN" in capsys.readouterr().err
+    assert check.main(["--exercise", "09", str(path)]) == 0
+    assert "PASS: exercise 09" in capsys.readouterr().out
+
+
+def test_json_gives_a_score_per_function(tmp_path, capsys):
+    import json
+
+    # Exercise 08 with only position_ids wrong: the other two functions score full marks.
+    path = _planted(tmp_path, "08", None, [("return (past_length + _tree(parents).depths).tolist()",
+                                            "return _tree(parents).depths.tolist()")], "my_08.py")
+    assert check.main(["--json", str(path)]) == 1
+    result = json.loads(capsys.readouterr().out)
+    (one,) = result["files"]
+    assert one["exercise"] == "08" and one["status"] == "fail"
+    functions = one["functions"]
+    assert sorted(functions) == ["position_ids", "retrieve_indices", "tree_attention_mask"]
+    for name in ("retrieve_indices", "tree_attention_mask"):
+        assert functions[name]["passed"] == functions[name]["total"] > 200
+        assert functions[name]["first_failure"] is None
+    positions = functions["position_ids"]
+    assert positions["passed"] < positions["total"] == functions["retrieve_indices"]["total"]
+    failure = positions["first_failure"]
+    assert failure["diagnosis"] == "08.past_length" and failure["case"] == "draft010_retrieval_paths_share_prefixes"
+    assert failure["hint"] == check.HINTS["08.past_length"].diagnosis
+    assert one["passed"] == sum(f["passed"] for f in functions.values()) == result["passed"]
+    assert one["total"] == sum(f["total"] for f in functions.values()) == result["total"]
+    assert one["score"] == round(one["passed"] / one["total"], 4)
+
+
+def test_json_scores_a_blank_exercise_zero_and_a_solution_one(capsys):
+    import json
+
+    blank, solution = EXERCISES[0], SOLUTIONS / EXERCISES[0].name
+    assert check.main(["--json", str(blank), str(solution)]) == 1
+    result = json.loads(capsys.readouterr().out)
+    empty, full = result["files"]
+    assert empty["unwritten"] == ["Trie.extend"] and empty["passed"] < empty["total"]
+    assert full["status"] == "pass" and full["score"] == 1.0 and full["passed"] == full["total"] > 40
+    assert result["total"] == empty["total"] + full["total"]
+
+
+def test_the_old_import_paths_still_work_with_a_warning():
+    import importlib
+    import sys
+
+    for old, new in [("racer_ref.check", "racer_ref.course.check"),
+                     ("racer_ref.cases.automaton", "racer_ref.course.cases.automaton")]:
+        sys.modules.pop(old, None)
+        sys.modules.pop(old.rsplit(".", 1)[0] if old.count(".") > 1 else old, None)
+        with pytest.warns(DeprecationWarning) as warned:
+            module = importlib.import_module(old)
+        assert f"{old} moved to {new}" in [str(w.message).split(";")[0] for w in warned]
+        assert module is importlib.import_module(new)

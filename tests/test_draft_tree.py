@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from racer_ref import _core
-from racer_ref.cases.trees import DRAFT_TREE_CASES
+from racer_ref.course.cases.trees import DRAFT_TREE_CASES
 from racer_ref.reference import draft_tree as ref_tree
 from racer_ref.reference.copy_logit import CopyLogitTable as PyTable
 from racer_ref.tree import (
@@ -56,7 +56,7 @@ def node_paths(tree: DraftTree) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", DRAFT_TREE_CASES, ids=[c.name for c in DRAFT_TREE_CASES])
 def test_named_case(backend, case):
-    """The hand-checked trees of racer_ref/cases/trees.py (also run by ``racer-ref check``)."""
+    """The hand-checked trees of racer_ref/course/cases/trees.py (also run by ``racer-ref check``)."""
     table = None if case.rows is None else make_table(backend, case.vocab_size, case.k, case.rows)
     tree = build(backend, case.root, case.capacity, [list(p) for p in case.paths], table)
     tree.validate(None if case.rows is None else case.vocab_size)

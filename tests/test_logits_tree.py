@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from racer_ref import _core
-from racer_ref.cases.trees import LOGITS_TREE_CASES
+from racer_ref.course.cases.trees import LOGITS_TREE_CASES
 from racer_ref.reference import draft_tree as ref_tree
 from racer_ref.reference.copy_logit import CopyLogitTable as PyTable
 from racer_ref.tree import SOURCE_LOGITS, DraftTree
@@ -43,7 +43,7 @@ def test_breadth_rule_eq3():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", LOGITS_TREE_CASES, ids=[c.name for c in LOGITS_TREE_CASES])
 def test_named_case(backend, case):
-    """The hand-checked trees of racer_ref/cases/trees.py (also run by ``racer-ref check``)."""
+    """The hand-checked trees of racer_ref/course/cases/trees.py (also run by ``racer-ref check``)."""
     table = make_table(backend, case.vocab_size, case.k, case.rows)
     topk = None if case.root_topk is None else np.array(case.root_topk)
     tree = logits_tree(backend, case.root, case.capacity, table, topk)

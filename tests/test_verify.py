@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from models import KINDS, make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
-from racer_ref.cases.trees import ACCEPT_CASES
+from racer_ref.course.cases.trees import ACCEPT_CASES
 from racer_ref.verify import (accept_greedy, forward_prompt, forward_tree, keep_accepted,
                               tree_attention_bias)
 
@@ -115,7 +115,7 @@ def fake_logits(predictions, vocab=128):
 
 @pytest.mark.parametrize("case", ACCEPT_CASES, ids=[c.name for c in ACCEPT_CASES])
 def test_accept_greedy_named_case(case):
-    """racer_ref/cases/trees.py (also run by ``racer-ref check``): the walk follows the
+    """racer_ref/course/cases/trees.py (also run by ``racer-ref check``): the walk follows the
     predicted child, not the first branch, and stops at the first miss."""
     tree = make_tree(list(case.tokens), list(case.parents))
     assert accept_greedy(fake_logits(list(case.predicted)), tree) == (list(case.accepted), case.next_root)

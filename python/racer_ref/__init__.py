@@ -53,6 +53,10 @@ MOVED_MODULES = {
     "racer_ref.kv_cache": "racer_ref.speedups.kv_cache",
     "racer_ref.attention": "racer_ref.speedups.attention",
     "racer_ref.capacity": "racer_ref.speedups.capacity",
+    "racer_ref.check": "racer_ref.course.check",
+    "racer_ref.cases": "racer_ref.course.cases",
+    "racer_ref.cases.automaton": "racer_ref.course.cases.automaton",
+    "racer_ref.cases.trees": "racer_ref.course.cases.trees",
 }
 
 
@@ -109,4 +113,6 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
+    # First, so that a moved package's submodule (racer_ref.cases.automaton) is not found a
+    # second time, as a copy, through the new package's __path__.
+    sys.meta_path.insert(0, _MovedModules())

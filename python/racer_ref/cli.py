@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", metavar="DIR")
     s.add_argument("--no-plots", action="store_true")
 
-    sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.check)",
+    sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.course.check)",
                    add_help=False)
     d = sub.add_parser("demo", help="RACER vs plain greedy on one prose and one code prompt")
     d.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
@@ -417,7 +417,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:  # the exercises' checker parses its own arguments
-        from racer_ref.check import main as check_main
+        from racer_ref.course.check import main as check_main
 
         return check_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -1,5 +1,5 @@
 """Exercise 02 answered by the oracle the tests compare the twin's links with."""
-from racer_ref.cases.automaton import eager_failure_links
+from racer_ref.course.cases.automaton import eager_failure_links
 
 
 def failure_links(paths):
