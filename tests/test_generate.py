@@ -651,7 +651,7 @@ def test_generation_config_settings_we_do_not_apply_are_warned_about():
         with pytest.warns(UserWarning, match="cache_implementation='static' is not used"):
             generate(m, None, PROMPTS["random-a"], max_new_tokens=4)
         m.generation_config = copy.deepcopy(saved)
-        # The greedy processors are applied now (racer_ref.processing): equal to model.generate, no warning.
+        # The greedy processors are applied now (racer_ref.integrations.processing): equal to model.generate, no warning.
         m.generation_config.repetition_penalty = 1.3
         m.generation_config.no_repeat_ngram_size = 3
         m.generation_config.suppress_tokens = [5]

@@ -37,7 +37,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racer_ref.hooks import DrafterWrapper, TraceStep
+from racer_ref.wrappers import DrafterWrapper, TraceStep
 from racer_ref.tree import SOURCE_RETRIEVAL, DraftTree
 
 #: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).

@@ -2,11 +2,11 @@
 
 vLLM verifies one *chain* of ``K`` draft tokens per request and step (no tree attention for
 model-free drafts), so each step this proposer drafts a full RACER tree per request with the
-Rust core and proposes its highest-ranked path, the best chain (:mod:`racer_ref.chain`)::
+Rust core and proposes its highest-ranked path, the best chain (:mod:`racer_ref.integrations.chain`)::
 
     from vllm import LLM, SamplingParams
     llm = LLM(model="path/to/model", speculative_config={
-        "method": "custom_class", "model": "racer_ref.vllm.RacerProposer",
+        "method": "custom_class", "model": "racer_ref.integrations.vllm.RacerProposer",
         "num_speculative_tokens": 5})
 
 What runs where (docs: "Scaling out"):
@@ -130,7 +130,7 @@ class RacerProposer:
     def __init__(self, vllm_config: Any) -> None:
         if not _HOOKED:
             raise RuntimeError(
-                "racer_ref.vllm: the runner hooks are not installed. They come with the "
+                "racer_ref.integrations.vllm: the runner hooks are not installed. They come with the "
                 "vllm.general_plugins entry point 'racer_ref' of the racer-ref package; install "
                 "racer-ref into vLLM's environment, and if VLLM_PLUGINS is set, include racer_ref")
         if self.method not in ("racer", "retrieval", "logits", "pld"):
@@ -219,7 +219,7 @@ class RacerProposer:
         """
         if len(self._req_ids) < len(sampled_token_ids):
             raise RuntimeError("RacerProposer.propose: no request ids for this batch (the runner "
-                               "hook of racer_ref.vllm.register did not run)")
+                               "hook of racer_ref.integrations.vllm.register did not run)")
         self.stats["steps"] += 1
         out: List[List[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
