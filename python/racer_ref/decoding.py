@@ -16,71 +16,18 @@ processors). Batch size 1 only.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from racer_ref.drafter import claim
-from racer_ref.metrics import mean_accepted_tokens
+from racer_ref.metrics import TIMING_KEYS, GenerationResult
 from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, Options, resolve  # noqa: F401
 from racer_ref.sampling import sample, target_probs
-from racer_ref.tree import METHODS, DraftTree
+from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: the methods generate() accepts)
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
                               keep_accepted)
-
-#: The drafting methods ``generate()`` accepts, ``"ar"`` (root-only trees) included: the
-#: same tuple as ``racer_ref.Drafter``'s (defined once, in :mod:`racer_ref.tree`).
-METHODS = METHODS
-#: Keys of :attr:`GenerationResult.timings` (seconds).
-TIMING_KEYS = ("prefill", "drafting", "forward", "acceptance", "bookkeeping", "total")
-
-
-@dataclass
-class GenerationResult:
-    """What one :func:`generate` call produced.
-
-    Attributes:
-        token_ids: the new tokens only (prompt excluded), including a final EOS token if one
-            stopped generation (as ``model.generate`` returns it).
-        text: ``tokenizer.decode(token_ids, skip_special_tokens=True)``, or ``None`` without
-            a tokenizer.
-        accepted_lengths: per verify step, the accepted length ``a``: drafted tokens the
-            step committed (root excluded), after the cut of a stopping rule (EOS, a stop
-            string, ``max_new_tokens``), so ``sum(a + 1) == len(token_ids) - 1`` (the first
-            token comes from the prefill). MAT and the benchmarks use it.
-        raw_accepted_lengths: per verify step, drafted tokens the target accepted before
-            that cut (equal to ``accepted_lengths`` but for a step a stopping rule cut).
-        tree_sizes: per verify step, the number of draft-tree nodes fed to the target.
-        timings: seconds spent in ``prefill`` (prompt forward pass and first root),
-            ``drafting`` (the drafter's draft/observe/commit), ``forward`` (verify passes),
-            ``acceptance`` (walking the tree, sampling), ``bookkeeping`` (KV-cache
-            compaction, stopping rules, streaming), and ``total`` (wall time of the call).
-        stop_reason: ``"eos"``, ``"stop_string"``, ``"stopping_criteria"``,
-            ``"max_new_tokens"`` or ``"max_length"`` (the model's context length is full).
-        method: the drafting method used.
-    """
-
-    token_ids: List[int]
-    text: Optional[str]
-    accepted_lengths: List[int] = field(default_factory=list)
-    raw_accepted_lengths: List[int] = field(default_factory=list)
-    tree_sizes: List[int] = field(default_factory=list)
-    timings: Dict[str, float] = field(default_factory=dict)
-    stop_reason: str = "max_new_tokens"
-    method: str = "racer"
-
-    @property
-    def steps(self) -> int:
-        """Number of verify steps (target forward passes after the prefill)."""
-        return len(self.accepted_lengths)
-
-    @property
-    def mean_accepted_tokens(self) -> float:
-        """MAT (:func:`racer_ref.metrics.mean_accepted_tokens`): 1.00 for ``"ar"``, NaN without steps."""
-        return mean_accepted_tokens(self.accepted_lengths)
-
 
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
     """Drop every node deeper than ``max_depth`` (keeps BFS order; the result is a valid tree).
@@ -221,7 +168,7 @@ def generate(
         eos_token_id: int or list of ints; ``None`` takes the model's generation config
             (as ``model.generate`` does); ``[]`` disables EOS.
         stop: stop string(s); generation stops after the token that completes one (that
-            token is kept). Only generated text is searched.
+            token is kept). Only generated text is searched, as it reads after the prompt.
         streamer: a transformers streamer (``put(tensor)``, ``end()``); like
             ``model.generate`` it first receives the prompt, then each committed block.
         callback: called with each committed block of new token ids (a list of int).
@@ -232,26 +179,19 @@ def generate(
         seed, generator: randomness for sampling (a CPU ``torch.Generator`` wins over seed);
             neither means torch's global generator.
         cache: an empty ``transformers.DynamicCache`` to fill (default: a new one).
+        logits_processor: transformers logits processors applied to every draft-tree node
+            (``None``: those of the model's generation config, as ``model.generate``).
+        stopping_criteria: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
+            after every new token (transformers' ``StoppingCriteriaList`` fits).
 
     Returns:
         a :class:`GenerationResult`.
 
     Raises:
-        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
-            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
-            ``max_new_tokens < 0``, drafter parameters out of range (``capacity < 1``,
-            ``breadth`` outside ``[1, vocab_size]``, ``ngram < 2``, ``max_nodes < 1``, an unknown
-            ``backend``, checked for ``"ar"`` and with a given ``drafter`` too; the upper limits
-            by the drafter that is built), a drafter parameter or ``method`` that contradicts the
-            given ``drafter``, an unknown method, bad sampling arguments, an
-            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
-            model.
-        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
-            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
-            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
-            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
-            ``drafter`` without ``draft``/``observe``/``commit``.
-        All of them before any work is done (no forward pass, no drafter update).
+        ValueError: an argument out of range or contradicting another (the message names
+            it; the full list is :func:`racer_ref.options.resolve`'s), an unsupported cache
+            or model.
+        TypeError: an argument of the wrong kind. All before any work is done.
 
     Stopping rules: the first EOS (kept in ``token_ids``) or stop string inside an accepted
     block ends generation; ``max_new_tokens`` is never exceeded; prompt + output never

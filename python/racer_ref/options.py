@@ -20,6 +20,7 @@ Resolution is also where the optional parts plug in, so that the loop does not k
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence
@@ -28,7 +29,6 @@ import numpy as np
 import torch
 
 from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
-from racer_ref.sampling import check_sampling_arguments
 from racer_ref.tree import METHODS, DraftTree
 
 #: The capacity on a GPU when ``capacity=None``: the paper's.
@@ -174,6 +174,23 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
 
     Returns:
         the :class:`Options` the loop reads.
+
+    Raises (so does ``generate()``):
+        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
+            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
+            ``max_new_tokens < 0``, drafter parameters out of range (``capacity < 1``,
+            ``breadth`` outside ``[1, vocab_size]``, ``ngram < 2``, ``max_nodes < 1``, an unknown
+            ``backend``, checked for ``"ar"`` and with a given ``drafter`` too; the upper limits
+            by the drafter that is built), a drafter parameter or ``method`` that contradicts the
+            given ``drafter``, an unknown method, bad sampling arguments, an
+            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
+            model.
+        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
+            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
+            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
+            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
+            ``drafter`` without ``draft``/``observe``/``commit``.
+        All of them before any work is done (no forward pass, no drafter update).
     """
     a = dict(arguments)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -218,6 +235,29 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
 
 
 # ----------------------------------------------------------------------------- one argument each
+#: The smallest positive temperature: the logits are divided by it in float32, so it must
+#: be a normal float32 number (below it, 1 / temperature is not representable).
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
+def check_sampling_arguments(temperature: float, top_p: float) -> None:
+    """Check ``temperature`` (0 = greedy, or in ``[MIN_TEMPERATURE, inf)``) and ``top_p``
+    (in ``(0, 1]``). Any real number is accepted: int, float, numpy scalar; not bool.
+
+    Raises:
+        TypeError: a value that is not a real number.
+        ValueError: a value out of range (NaN and infinities included).
+    """
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:.3g}, "
+                         f"got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")
+
+
 def _check_int(name: str, value: Any, low: int) -> None:
     """``TypeError`` unless ``value`` is an int (bool refused), ``ValueError`` below ``low``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
