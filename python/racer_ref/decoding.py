@@ -156,10 +156,10 @@ def generate(
             ``drafter`` only; its choices follow measured times, so a seed does not reproduce a
             sampled output with it.
         breadth: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
-        ngram, max_nodes, backend: passed to ``racer_ref.Drafter`` (defaults 10, 10,000,
-            ``"rust"``). For every drafter parameter ``None`` means the default, or with
-            ``drafter`` the drafter's own setting: a value that contradicts the given
-            drafter raises ``ValueError`` instead of being ignored.
+        ngram, max_nodes, backend: passed to ``racer_ref.Drafter`` (defaults: the paper's
+            10 and 10,000 from :mod:`racer_ref.reference.limits`, and ``"rust"``). For every
+            drafter parameter ``None`` means the default, or with ``drafter`` the drafter's
+            own setting: a value that contradicts it raises ``ValueError``, never ignored.
         tree: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
             with the most expected accepted tokens, docs/explanation/expected-tree.md),
             passed to ``racer_ref.Drafter`` like the parameters above.

@@ -43,6 +43,7 @@ import numpy as np
 
 from racer_ref._core import Drafter as _CoreDrafter
 from racer_ref._core import best_chain
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
 
 #: True once :func:`register` has wrapped vLLM's model runner (in this process).
 _HOOKED = False
@@ -121,10 +122,10 @@ class RacerProposer:
     """
 
     method = "racer"
-    capacity = 64
-    breadth = 8
-    ngram = 10
-    max_nodes = 10_000
+    capacity = DEFAULT_CAPACITY
+    breadth = DEFAULT_BREADTH
+    ngram = DEFAULT_NGRAM
+    max_nodes = DEFAULT_MAX_NODES
     max_requests: Optional[int] = None
 
     def __init__(self, vllm_config: Any) -> None:

@@ -37,6 +37,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from racer_ref.reference.limits import DEFAULT_CAPACITY
 from racer_ref.tree import SOURCE_RETRIEVAL, DraftTree, tree_attention_mask
 from racer_ref.wrappers import DrafterWrapper, TraceStep
 
@@ -336,7 +337,7 @@ class AdaptiveDrafter(DrafterWrapper):
             self.controller.update_time(step.capacity, step.seconds)
 
 
-def auto_controller(model: Any, max_capacity: int = 64, candidates: Sequence[int] = DEFAULT_CANDIDATES,
+def auto_controller(model: Any, max_capacity: int = DEFAULT_CAPACITY, candidates: Sequence[int] = DEFAULT_CANDIDATES,
                     prefix_length: int = 256, repeats: int = 3) -> CapacityController:
     """Profile this model on its device (cached per process) and build a controller over the
     candidates up to ``max_capacity``.
