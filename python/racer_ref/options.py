@@ -14,11 +14,22 @@ Resolution is also where the optional parts plug in, so that the loop does not k
   as any drafter;
 * logits processors: a ``TreeLogitsProcessor`` (:mod:`racer_ref.integrations.processing`)
   only when there is a processor to apply; plain greedy decoding runs no processor code;
-* the stop strings: a :class:`StopStrings`, or ``None`` when there are none.
+* the stop strings: a :class:`StopStrings`, or ``None`` when there are none;
+* attention on a CPU: a grouped-query model with ``"sdpa"`` attention is switched to the
+  registered ``"sdpa_gqa"`` (:mod:`racer_ref.speedups.attention`: the same attention, to
+  float rounding, without transformers' ``repeat_kv`` copy of the whole KV cache per layer
+  on every tree pass; one-token calls are unchanged). ``model.set_attn_implementation("sdpa")``
+  switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is.
+
+The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
+direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
+a float32 model on the CPU without it, the first call says once (a ``racer_ref`` log
+warning) how to turn it on, or to silence that with ``$RACER_REF_CPU_KERNELS=off``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import warnings
@@ -210,6 +221,7 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
     eos = _eos_ids(model, a["eos_token_id"], vocab_size)
     stops = _stop_strings(a["tokenizer"], a["stop"], prompt_ids)
     cache = make_cache(model, a["cache"])
+    _cpu_attention(model)
     generator = _generator(a["generator"], a["seed"])
     if not isinstance(a["observe_rejected"], bool):
         raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
@@ -404,6 +416,34 @@ def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], ma
     if logits_processor is None:
         logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
     return as_tree_processor(logits_processor)  # None: raw logits are the target's scores
+
+
+#: Whether the one-time hint about the CPU fast path was given in this process.
+_HINTED = False
+
+
+def _cpu_attention(model: Any) -> None:
+    """On a CPU, plug in tree attention without KV copies; once per process, say how to get
+    the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
+    global _HINTED
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if model.device.type != "cpu" or (_HINTED and not sdpa):
+        return
+    from racer_ref.speedups.cpu_kernels import switched_off
+
+    if switched_off():
+        return
+    if sdpa and hasattr(model, "set_attn_implementation"):
+        from racer_ref.speedups.attention import use_sdpa_gqa
+
+        use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    if not _HINTED and model.dtype == torch.float32 and getattr(model, "racer_cpu_kernels", None) is None:
+        _HINTED = True
+        logging.getLogger("racer_ref").warning(
+            "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
+            "To turn it on: from racer_ref.speedups.cpu_kernels import speed_up_model; speed_up_model(model) "
+            "(faster verify passes; the same tokens but at float near-ties). RACER_REF_CPU_KERNELS=off "
+            "silences this.")
 
 
 def make_cache(model: Any, cache: Any) -> Any:
