@@ -44,6 +44,11 @@ import numpy as np
 from racer_ref._core import Drafter as _CoreDrafter
 from racer_ref._core import best_chain
 from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
+from racer_ref.tree import METHODS
+
+#: The methods a proposer can run: all but ``"logits-last"`` (it needs the logits row that
+#: produced the root, which vLLM does not hand over) and ``"ar"`` (nothing to propose).
+VLLM_METHODS = tuple(m for m in METHODS if m not in ("logits-last", "ar"))
 
 #: True once :func:`register` has wrapped vLLM's model runner (in this process).
 _HOOKED = False
@@ -134,9 +139,8 @@ class RacerProposer:
                 "racer_ref.integrations.vllm: the runner hooks are not installed. They come with the "
                 "vllm.general_plugins entry point 'racer_ref' of the racer-ref package; install "
                 "racer-ref into vLLM's environment, and if VLLM_PLUGINS is set, include racer_ref")
-        if self.method not in ("racer", "retrieval", "logits", "pld"):
-            raise ValueError(f"method: {self.method!r} cannot run in vLLM; use racer, retrieval, "
-                             "logits or pld")
+        if self.method not in VLLM_METHODS:
+            raise ValueError(f"method: {self.method!r} cannot run in vLLM; use one of {VLLM_METHODS}")
         spec = vllm_config.speculative_config
         model = vllm_config.model_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
