@@ -512,6 +512,12 @@ def test_moved_module_paths_import_the_new_modules(monkeypatch):
     with pytest.warns(DeprecationWarning, match="racer_ref.models moved to racer_ref.harness.models"):
         old = importlib.import_module("racer_ref.models")
     assert old is racer_ref.harness.models
+    import racer_ref.wrappers
+
+    monkeypatch.delitem(sys.modules, "racer_ref.hooks", raising=False)
+    with pytest.warns(DeprecationWarning, match="racer_ref.hooks moved to racer_ref.wrappers"):
+        from racer_ref.hooks import StepRecorder
+    assert StepRecorder is racer_ref.wrappers.StepRecorder
     for name, new in racer_ref.MOVED_MODULES.items():
         assert importlib.import_module(name) is importlib.import_module(new), name
     assert racer_ref.kv_cache is racer_ref.speedups.kv_cache

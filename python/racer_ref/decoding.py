@@ -198,8 +198,9 @@ def generate(
     exceed ``model.config.max_position_embeddings`` tokens, so no position id at or beyond
     it is ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
     """
+    arguments = dict(locals())  # every argument by name: the parameter list is written once, above
     clock = _Clock(model)
-    opts = resolve(model, {name: value for name, value in locals().items() if name not in ("model", "clock")})
+    opts = resolve(arguments.pop("model"), arguments)  # checked once, here; the loop trusts opts
     clock.skip()  # the checks count in "total" only
     drafter, cache, k = opts.drafter, opts.cache, opts.k
     out = _Output(opts, model.device)
