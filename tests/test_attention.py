@@ -182,3 +182,11 @@ def test_the_fast_path_is_told_once(monkeypatch, caplog):
     hints = [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
     assert len(hints) == 1
     assert "RACER_REF_CPU_KERNELS=off" in hints[0].getMessage()
+
+
+def test_a_model_prepared_by_speed_up_model_keeps_its_attention(monkeypatch):
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
+    model = tiny_model("llama", seed=6)
+    model.racer_cpu_kernels = object()  # what speed_up_model leaves (the CLI chose the attention: --attn sdpa)
+    generate(model, None, PROMPT, max_new_tokens=8)
+    assert model.config._attn_implementation == "sdpa"

@@ -19,7 +19,8 @@ Resolution is also where the optional parts plug in, so that the loop does not k
   registered ``"sdpa_gqa"`` (:mod:`racer_ref.speedups.attention`: the same attention, to
   float rounding, without transformers' ``repeat_kv`` copy of the whole KV cache per layer
   on every tree pass; one-token calls are unchanged). ``model.set_attn_implementation("sdpa")``
-  switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is.
+  switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is, and so does a model
+  that ``speed_up_model`` prepared (the command line chooses its attention with ``--attn``).
 
 The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
 direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
@@ -426,7 +427,9 @@ def _cpu_attention(model: Any) -> None:
     """On a CPU, plug in tree attention without KV copies; once per process, say how to get
     the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
     global _HINTED
-    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
+    prepared = getattr(model, "racer_cpu_kernels", None) is not None
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa" and not prepared
     if model.device.type != "cpu" or (_HINTED and not sdpa):
         return
     from racer_ref.speedups.cpu_kernels import switched_off
@@ -437,7 +440,7 @@ def _cpu_attention(model: Any) -> None:
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
-    if not _HINTED and model.dtype == torch.float32 and getattr(model, "racer_cpu_kernels", None) is None:
+    if not _HINTED and model.dtype == torch.float32 and not prepared:
         _HINTED = True
         logging.getLogger("racer_ref").warning(
             "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
