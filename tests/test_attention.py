@@ -136,3 +136,57 @@ def test_load_model_takes_sdpa_gqa(tmp_path):
     model, _ = load_model(tmp_path, attn_implementation=SDPA_GQA)
     assert model.config._attn_implementation == SDPA_GQA
     assert generate(model, None, PROMPT, max_new_tokens=6).token_ids == greedy_reference(model, PROMPT, 6)
+
+
+# ---- generate() on a CPU: no KV copy per tree pass, the fast path told once --------------------
+
+
+def test_generate_plugs_in_grouped_attention_without_kv_copies(monkeypatch):
+    import transformers.integrations.sdpa_attention as hf_sdpa
+
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
+    model = tiny_model("llama", seed=3)  # sdpa, 4 query heads over 2 key/value heads
+    assert model.config._attn_implementation == "sdpa"
+    want = greedy_reference(model, PROMPT * 3, 24)  # stock model.generate, before the switch
+    copies = []
+    real = hf_sdpa.repeat_kv
+
+    def counting(*args, **kwargs):
+        copies.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_sdpa, "repeat_kv", counting)
+    result = generate(model, None, PROMPT * 3, max_new_tokens=24, method="racer")
+    assert model.config._attn_implementation == SDPA_GQA
+    assert result.token_ids == want
+    assert max(result.tree_sizes) > 1  # tree passes ran
+    assert copies == []  # no repeat_kv on any pass
+
+
+def test_opt_out_leaves_the_model_as_it_is(monkeypatch):
+    monkeypatch.setenv("RACER_REF_CPU_KERNELS", "off")
+    model = tiny_model("llama", seed=4)
+    generate(model, None, PROMPT, max_new_tokens=8)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_fast_path_is_told_once(monkeypatch, caplog):
+    import racer_ref.options as options
+
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
+    monkeypatch.setattr(options, "_HINTED", False)
+    model = tiny_model("llama", seed=5, attn="eager")
+    with caplog.at_level("WARNING", logger="racer_ref"):
+        generate(model, None, PROMPT, max_new_tokens=4)
+        generate(model, None, PROMPT, max_new_tokens=4)
+    hints = [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
+    assert len(hints) == 1
+    assert "RACER_REF_CPU_KERNELS=off" in hints[0].getMessage()
+
+
+def test_a_model_prepared_by_speed_up_model_keeps_its_attention(monkeypatch):
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
+    model = tiny_model("llama", seed=6)
+    model.racer_cpu_kernels = object()  # what speed_up_model leaves (the CLI chose the attention: --attn sdpa)
+    generate(model, None, PROMPT, max_new_tokens=8)
+    assert model.config._attn_implementation == "sdpa"

@@ -20,7 +20,7 @@ from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, ex
                                          profile_forward)
 from racer_ref.harness.datasets import Prompt, encode_prompt
 from racer_ref.harness.trace import render_step, save_trace
-from racer_ref.hooks import StepRecorder, accepted_path
+from racer_ref.wrappers import StepRecorder, accepted_path
 
 PROMPTS = [
     Prompt("p0", "prose", "Repeat after me: the cat sat on the mat, the cat sat on the mat."),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from models import greedy_reference, tiny_model
 from racer_ref import Drafter, generate
 from racer_ref._core import best_chain as rust_chain
-from racer_ref.chain import ChainDrafter
+from racer_ref.integrations.chain import ChainDrafter
 from racer_ref.reference.chain import best_chain as twin_chain
 
 CHAINS = {"rust": rust_chain, "python": twin_chain}

@@ -512,6 +512,12 @@ def test_moved_module_paths_import_the_new_modules(monkeypatch):
     with pytest.warns(DeprecationWarning, match="racer_ref.models moved to racer_ref.harness.models"):
         old = importlib.import_module("racer_ref.models")
     assert old is racer_ref.harness.models
+    import racer_ref.wrappers
+
+    monkeypatch.delitem(sys.modules, "racer_ref.hooks", raising=False)
+    with pytest.warns(DeprecationWarning, match="racer_ref.hooks moved to racer_ref.wrappers"):
+        from racer_ref.hooks import StepRecorder
+    assert StepRecorder is racer_ref.wrappers.StepRecorder
     for name, new in racer_ref.MOVED_MODULES.items():
         assert importlib.import_module(name) is importlib.import_module(new), name
     assert racer_ref.kv_cache is racer_ref.speedups.kv_cache
@@ -651,7 +657,7 @@ def test_generation_config_settings_we_do_not_apply_are_warned_about():
         with pytest.warns(UserWarning, match="cache_implementation='static' is not used"):
             generate(m, None, PROMPTS["random-a"], max_new_tokens=4)
         m.generation_config = copy.deepcopy(saved)
-        # The greedy processors are applied now (racer_ref.processing): equal to model.generate, no warning.
+        # The greedy processors are applied now (racer_ref.integrations.processing): equal to model.generate, no warning.
         m.generation_config.repetition_penalty = 1.3
         m.generation_config.no_repeat_ngram_size = 3
         m.generation_config.suppress_tokens = [5]

@@ -1,5 +1,5 @@
-"""RACER inside ``model.generate()`` (racer_ref.hf) and logits processors on a draft tree
-(racer_ref.processing), on tiny random models: equal to plain ``model.generate``.
+"""RACER inside ``model.generate()`` (racer_ref.integrations.hf) and logits processors on a draft tree
+(racer_ref.integrations.processing), on tiny random models: equal to plain ``model.generate``.
 
 Greedy: token for token, for each processor. Sampling: the target distribution of every
 tree node equals plain decoding's after the same tokens (exactly, from the model's own
@@ -20,8 +20,8 @@ from transformers import (LogitsProcessor, LogitsProcessorList, StoppingCriteria
 
 from models import make_tree, single_thread, tiny_model  # noqa: F401  (single_thread: autouse)
 from racer_ref.decoding import generate
-from racer_ref.hf import RacerDecoderOnlyOutput, racer_decoding
-from racer_ref.processing import TreeLogitsProcessor, processors_from_generation_config
+from racer_ref.integrations.hf import RacerDecoderOnlyOutput, racer_decoding
+from racer_ref.integrations.processing import TreeLogitsProcessor, processors_from_generation_config
 
 # A prompt that repeats itself, so that the drafters find something and trees get deep.
 PROMPT = [7, 3, 9, 12, 5, 7, 3, 9, 12, 5, 7, 3]
@@ -164,7 +164,7 @@ def test_every_tree_node_gets_the_distribution_of_plain_sampling(name):
     committed = PROMPT + [7, 3]  # prompt + output so far; the last token is the root
     processors = processors_from_generation_config(m, PROMPT, do_sample=True, **SAMPLING[name])
     tree = make_tree([3, 9, 5, 12, 9, 7, 3], [-1, 0, 0, 1, 1, 2, 5])
-    from racer_ref.decoding import _make_cache
+    from racer_ref.options import make_cache as _make_cache
     from racer_ref.verify import forward_prompt, forward_tree
 
     cache = _make_cache(m, None)

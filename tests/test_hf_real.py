@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from racer_ref.harness.models import load_default_model
-from racer_ref.hf import racer_decoding
+from racer_ref.integrations.hf import racer_decoding
 
 NEW = 24
 PASSAGE = ("The old lighthouse keeper climbed the spiral stairs every evening, lit the great lamp, "

@@ -5,8 +5,8 @@ metrics registry or memory); runnable alone:
 
     .venv-vllm/bin/python tests_vllm/engine_run.py --method racer --model DIR
 
-Methods: ``plain`` (no speculative decoding), ``racer`` (racer_ref.vllm.RacerProposer),
-``racer-retrieval`` (racer_ref.vllm.RacerRetrievalProposer), ``ngram`` (vLLM's own prompt
+Methods: ``plain`` (no speculative decoding), ``racer`` (racer_ref.integrations.vllm.RacerProposer),
+``racer-retrieval`` (racer_ref.integrations.vllm.RacerRetrievalProposer), ``ngram`` (vLLM's own prompt
 lookup). Greedy, float32, ``enforce_eager``. Printed: the generated token ids of each prompt
 run alone (batch of 1, one after another) and of all prompts submitted at once (a batch),
 wall seconds and generated tokens of both phases, vLLM's speculative-decoding counters
@@ -42,8 +42,8 @@ PROMPTS = [
 
 SPECULATIVE = {
     "plain": None,
-    "racer": {"method": "custom_class", "model": "racer_ref.vllm.RacerProposer"},
-    "racer-retrieval": {"method": "custom_class", "model": "racer_ref.vllm.RacerRetrievalProposer"},
+    "racer": {"method": "custom_class", "model": "racer_ref.integrations.vllm.RacerProposer"},
+    "racer-retrieval": {"method": "custom_class", "model": "racer_ref.integrations.vllm.RacerRetrievalProposer"},
     "ngram": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5},
 }
 

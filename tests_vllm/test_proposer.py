@@ -1,4 +1,4 @@
-"""racer_ref.vllm.RacerProposer without an engine: the per-request bookkeeping, on the
+"""racer_ref.integrations.vllm.RacerProposer without an engine: the per-request bookkeeping, on the
 arrays vLLM passes (fake batches), checked against a racer_ref drafter fed by hand."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import racer_ref.vllm as rv
+import racer_ref.integrations.vllm as rv
 from racer_ref import Drafter
-from racer_ref.chain import ChainDrafter
+from racer_ref.integrations.chain import ChainDrafter
 
 VOCAB = 50
 

@@ -1,7 +1,7 @@
 """RACER inside vLLM on the default model (SmolLM2-135M-Instruct, float32, CPU backend).
 
 Three engines, each in its own subprocess (engine_run.py): plain decoding, RACER
-(racer_ref.vllm.RacerProposer, K = 5) and vLLM's own ``ngram`` proposer (K = 5). Greedy
+(racer_ref.integrations.vllm.RacerProposer, K = 5) and vLLM's own ``ngram`` proposer (K = 5). Greedy
 outputs with RACER must equal plain decoding token for token, for every prompt run alone
 (batch of 1) and for all prompts submitted at once (a batch of concurrent requests). The
 run reports acceptance and tokens/s of RACER and ngram against plain decoding, measured in

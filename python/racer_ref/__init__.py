@@ -10,11 +10,22 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
 * ``METHODS``: the drafting methods, ``"ar"`` (plain decoding) included.
 
-The package, by folder (imports run one way: cli -> harness -> decoding -> drafter -> core):
+The package in two tiers (imports run one way: cli -> harness -> decoding -> drafter -> core).
+The top level is the core a student reads:
 
-* ``decoding.py`` (the loop), ``verify.py``, ``sampling.py``, ``drafter.py``: decoding;
+* ``decoding.py``: the decoding loop; ``options.py``: its boundary (every argument checked
+  once, resolved into one frozen ``Options``);
+* ``verify.py`` (one forward pass over the tree, acceptance), ``tree.py`` (the draft-tree
+  contract), ``drafter.py`` (the drafter facade over both backends), ``wrappers.py``
+  (drafter wrappers), ``sampling.py``, ``metrics.py``.
+
+Sub-packages:
+
 * ``reference/``: the pure-Python teaching twin of the Rust core;
-* ``speedups/``: optional speed-ups that plug into the loop (it works without them);
+* ``integrations/``: transformers ``custom_generate`` (``hf``), tree logits processors
+  (``processing``), vLLM (``vllm``), the chain drafter (``chain``);
+* ``speedups/``: optional speed-ups that plug in through ``options.py`` (the loop works without them);
+* ``course/``: the course kit's checker (``racer-ref check``) and the shared test cases;
 * ``harness/``: models, datasets, baselines, benchmarks and traces for the command line.
 """
 
@@ -57,6 +68,13 @@ MOVED_MODULES = {
     "racer_ref.cases": "racer_ref.course.cases",
     "racer_ref.cases.automaton": "racer_ref.course.cases.automaton",
     "racer_ref.cases.trees": "racer_ref.course.cases.trees",
+
+    # Integrations in their own sub-package, modules named for what they hold (CHANGELOG.md, Unreleased).
+    "racer_ref.hf": "racer_ref.integrations.hf",
+    "racer_ref.processing": "racer_ref.integrations.processing",
+    "racer_ref.vllm": "racer_ref.integrations.vllm",
+    "racer_ref.chain": "racer_ref.integrations.chain",
+    "racer_ref.hooks": "racer_ref.wrappers",
 }
 
 

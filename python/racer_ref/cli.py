@@ -272,7 +272,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from racer_ref.harness.bench import MethodRunner
     from racer_ref.harness.datasets import encode_prompt
     from racer_ref.harness.trace import print_trace, save_trace
-    from racer_ref.hooks import StepRecorder
+    from racer_ref.wrappers import StepRecorder
 
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not text.strip():

@@ -100,7 +100,7 @@ class DraftTree:
     def root_only(cls, root: int) -> "DraftTree":
         """The one-node tree of plain autoregressive decoding (method ``"ar"``)."""
         return cls(np.array([root], dtype=np.int64), np.array([-1], dtype=np.int64),
-                   np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=bool), None,
+                   np.zeros(1, dtype=np.int64), tree_attention_mask(np.array([-1])), None,
                    np.array([SOURCE_ROOT], dtype=np.uint8))
 
     def children(self) -> List[List[int]]:
@@ -161,11 +161,7 @@ class DraftTree:
             fail("two children of one node carry the same token")
         if vocab_size is not None and ((self.tokens < 0) | (self.tokens >= vocab_size)).any():
             fail(f"a token is outside [0, {vocab_size})")
-        # Attention mask: row i = row parent(i) plus i itself.
-        expected = np.eye(n, dtype=bool)
-        for i in range(1, n):
-            expected[i] |= expected[parents[i]]
-        if not np.array_equal(self.attention_mask, expected):
+        if not np.array_equal(self.attention_mask, tree_attention_mask(parents)):
             fail("attention_mask row i is not exactly i and its ancestors")
         # retrieve_indices: one row per leaf (in node order), root to leaf, -1 padded.
         expected_paths = leaf_paths(parents, depths)
@@ -231,6 +227,23 @@ class DraftTree:
 
         walk(0, "", "")
         return "\n".join(lines)
+
+
+def tree_attention_mask(parents: np.ndarray) -> np.ndarray:
+    """The tree attention mask of a tree given by its parents (the one builder in Python).
+
+    Args:
+        parents: ``(n,)`` int parent node indices, breadth-first: ``parents[0] == -1`` and
+            ``parents[i] < i``.
+
+    Returns:
+        ``(n, n)`` bool: ``[i, j]`` is True iff j is i or an ancestor of i.
+    """
+    n = len(parents)
+    mask = np.eye(n, dtype=bool)
+    for i in range(1, n):  # row i = row parent(i) plus i itself; the parent's row is complete
+        mask[i] |= mask[parents[i]]
+    return mask
 
 
 def leaf_paths(parents: np.ndarray, depths: np.ndarray) -> np.ndarray:

@@ -37,8 +37,9 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racer_ref.hooks import DrafterWrapper, TraceStep
-from racer_ref.tree import SOURCE_RETRIEVAL, DraftTree
+from racer_ref.reference.limits import DEFAULT_CAPACITY
+from racer_ref.tree import SOURCE_RETRIEVAL, DraftTree, tree_attention_mask
+from racer_ref.wrappers import DrafterWrapper, TraceStep
 
 #: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -54,11 +55,12 @@ def chain_tree(n: int, vocab_size: int, seed: int = 0) -> DraftTree:
     """A chain of ``n`` random tokens as a draft tree (the cost of a verify pass depends on
     the node count, not on the shape)."""
     rng = np.random.default_rng(seed)
+    parents = np.arange(-1, n - 1, dtype=np.int64)
     return DraftTree(
         tokens=rng.integers(0, vocab_size, n).astype(np.int64),
-        parents=np.arange(-1, n - 1, dtype=np.int64),
+        parents=parents,
         depths=np.arange(n, dtype=np.int64),
-        attention_mask=np.tril(np.ones((n, n), dtype=bool)),
+        attention_mask=tree_attention_mask(parents),
         retrieve_indices=np.arange(n, dtype=np.int64)[None],
         sources=np.r_[0, np.full(n - 1, SOURCE_RETRIEVAL)].astype(np.uint8),
     )
@@ -335,7 +337,7 @@ class AdaptiveDrafter(DrafterWrapper):
             self.controller.update_time(step.capacity, step.seconds)
 
 
-def auto_controller(model: Any, max_capacity: int = 64, candidates: Sequence[int] = DEFAULT_CANDIDATES,
+def auto_controller(model: Any, max_capacity: int = DEFAULT_CAPACITY, candidates: Sequence[int] = DEFAULT_CANDIDATES,
                     prefix_length: int = 256, repeats: int = 3) -> CapacityController:
     """Profile this model on its device (cached per process) and build a controller over the
     candidates up to ``max_capacity``.

@@ -190,6 +190,7 @@ def _check(passes: CompiledPasses, size: int) -> float:
     the eager fast path's on a random pass over a short random prefix."""
     from transformers import DynamicCache
 
+    from racer_ref.tree import tree_attention_mask
     from racer_ref.verify import tree_attention_bias
 
     fast = passes.fast
@@ -198,7 +199,8 @@ def _check(passes: CompiledPasses, size: int) -> float:
     prefix = torch.randint(0, int(model.config.vocab_size), (1, 5), generator=gen)
     ids = torch.randint(0, int(model.config.vocab_size), (1, size), generator=gen)
     positions = torch.arange(5, 5 + size)[None]
-    mask = None if size == 1 else tree_attention_bias(torch.ones(size, size, dtype=torch.bool).tril(), 5, torch.float32)
+    chain = torch.from_numpy(tree_attention_mask(list(range(-1, size - 1))))  # (size, size) bool
+    mask = None if size == 1 else tree_attention_bias(chain, 5, torch.float32)
     outs = []
     for compiled in (False, True):
         cache = DynamicCache(config=model.config)

@@ -2,11 +2,11 @@
 
 vLLM verifies one *chain* of ``K`` draft tokens per request and step (no tree attention for
 model-free drafts), so each step this proposer drafts a full RACER tree per request with the
-Rust core and proposes its highest-ranked path, the best chain (:mod:`racer_ref.chain`)::
+Rust core and proposes its highest-ranked path, the best chain (:mod:`racer_ref.integrations.chain`)::
 
     from vllm import LLM, SamplingParams
     llm = LLM(model="path/to/model", speculative_config={
-        "method": "custom_class", "model": "racer_ref.vllm.RacerProposer",
+        "method": "custom_class", "model": "racer_ref.integrations.vllm.RacerProposer",
         "num_speculative_tokens": 5})
 
 What runs where (docs: "Scaling out"):
@@ -43,6 +43,12 @@ import numpy as np
 
 from racer_ref._core import Drafter as _CoreDrafter
 from racer_ref._core import best_chain
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
+from racer_ref.tree import METHODS
+
+#: The methods a proposer can run: all but ``"logits-last"`` (it needs the logits row that
+#: produced the root, which vLLM does not hand over) and ``"ar"`` (nothing to propose).
+VLLM_METHODS = tuple(m for m in METHODS if m not in ("logits-last", "ar"))
 
 #: True once :func:`register` has wrapped vLLM's model runner (in this process).
 _HOOKED = False
@@ -121,21 +127,20 @@ class RacerProposer:
     """
 
     method = "racer"
-    capacity = 64
-    breadth = 8
-    ngram = 10
-    max_nodes = 10_000
+    capacity = DEFAULT_CAPACITY
+    breadth = DEFAULT_BREADTH
+    ngram = DEFAULT_NGRAM
+    max_nodes = DEFAULT_MAX_NODES
     max_requests: Optional[int] = None
 
     def __init__(self, vllm_config: Any) -> None:
         if not _HOOKED:
             raise RuntimeError(
-                "racer_ref.vllm: the runner hooks are not installed. They come with the "
+                "racer_ref.integrations.vllm: the runner hooks are not installed. They come with the "
                 "vllm.general_plugins entry point 'racer_ref' of the racer-ref package; install "
                 "racer-ref into vLLM's environment, and if VLLM_PLUGINS is set, include racer_ref")
-        if self.method not in ("racer", "retrieval", "logits", "pld"):
-            raise ValueError(f"method: {self.method!r} cannot run in vLLM; use racer, retrieval, "
-                             "logits or pld")
+        if self.method not in VLLM_METHODS:
+            raise ValueError(f"method: {self.method!r} cannot run in vLLM; use one of {VLLM_METHODS}")
         spec = vllm_config.speculative_config
         model = vllm_config.model_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
@@ -219,7 +224,7 @@ class RacerProposer:
         """
         if len(self._req_ids) < len(sampled_token_ids):
             raise RuntimeError("RacerProposer.propose: no request ids for this batch (the runner "
-                               "hook of racer_ref.vllm.register did not run)")
+                               "hook of racer_ref.integrations.vllm.register did not run)")
         self.stats["steps"] += 1
         out: List[List[int]] = []
         for i, sampled in enumerate(sampled_token_ids):

@@ -1,6 +1,6 @@
 """RACER inside ``model.generate()``: a ``custom_generate`` callable for transformers.
 
-    from racer_ref.hf import racer_decoding
+    from racer_ref.integrations.hf import racer_decoding
 
     out = model.generate(**inputs, custom_generate=racer_decoding, max_new_tokens=128)
 
@@ -8,7 +8,7 @@ transformers (>= 4.56) prepares everything as usual (generation config, the logi
 processors and the stopping criteria it builds from it, the prompt) and then hands decoding
 to :func:`racer_decoding` instead of its own loop. We run :func:`racer_ref.generate` (the
 same loop, no second one) with transformers' logits processors applied to every draft-tree
-node (:mod:`racer_ref.processing`) and its stopping criteria asked after every new token,
+node (:mod:`racer_ref.integrations.processing`) and its stopping criteria asked after every new token,
 and return what ``model.generate`` returns: the ``(1, P + N)`` int64 tensor of prompt and
 new tokens, or with ``return_dict_in_generate=True`` a :class:`RacerDecoderOnlyOutput`
 (transformers' ``GenerateDecoderOnlyOutput`` plus the acceptance statistics).
@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from racer_ref.decoding import _make_cache, generate
+from racer_ref.decoding import generate
+from racer_ref.options import make_cache
 
 
 @dataclass
@@ -173,7 +174,7 @@ def racer_decoding(
             ``prompt_lookup_num_tokens``, ``output_attentions`` / ``output_hidden_states`` /
             ``output_logits``, padding in ``attention_mask``, a non-empty or non-dynamic
             cache, model inputs other than token ids, an encoder-decoder model, and a logits
-            processor that cannot be applied per node (:data:`racer_ref.processing.REFUSED`).
+            processor that cannot be applied per node (:data:`racer_ref.integrations.processing.REFUSED`).
             Raised before any forward pass.
     """
     caller = _generate_frame_locals()
@@ -201,7 +202,7 @@ def racer_decoding(
     settings = {name: value for name, value in dict(
         method=method, capacity=capacity, breadth=breadth, ngram=ngram, max_nodes=max_nodes, backend=backend,
         drafter=drafter, observe_rejected=observe_rejected).items() if value is not None}
-    cache = _make_cache(model, None)  # kept for the output's past_key_values
+    cache = make_cache(model, None)  # kept for the output's past_key_values
     result = generate(
         model, prompt=input_ids[0], max_new_tokens=max_new_tokens,
         temperature=1.0 if generation_config.do_sample else 0.0,  # the warpers are in logits_processor

@@ -1,0 +1,547 @@
+"""The boundary of ``generate()``: every argument checked once, resolved into one :class:`Options`.
+
+:func:`racer_ref.generate` calls :func:`resolve` first, with its arguments as they were
+given; everything that can be wrong is refused here, naming the argument, before any work
+(no forward pass, no drafter update). The decoding loop (:mod:`racer_ref.decoding`) then
+reads the frozen :class:`Options` and trusts it.
+
+Resolution is also where the optional parts plug in, so that the loop does not know them:
+
+* the KV cache: a ``DynamicCache`` whose layers grow in place
+  (:mod:`racer_ref.speedups.kv_cache`; the loop only calls ``cache.get_seq_length()``);
+* ``capacity="auto"``: the drafter is wrapped in an ``AdaptiveDrafter``
+  (:mod:`racer_ref.speedups.capacity`) that chooses each step's capacity, seen by the loop
+  as any drafter;
+* logits processors: a ``TreeLogitsProcessor`` (:mod:`racer_ref.integrations.processing`)
+  only when there is a processor to apply; plain greedy decoding runs no processor code;
+* the stop strings: a :class:`StopStrings`, or ``None`` when there are none;
+* attention on a CPU: a grouped-query model with ``"sdpa"`` attention is switched to the
+  registered ``"sdpa_gqa"`` (:mod:`racer_ref.speedups.attention`: the same attention, to
+  float rounding, without transformers' ``repeat_kv`` copy of the whole KV cache per layer
+  on every tree pass; one-token calls are unchanged). ``model.set_attn_implementation("sdpa")``
+  switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is, and so does a model
+  that ``speed_up_model`` prepared (the command line chooses its attention with ``--attn``).
+
+The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
+direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
+a float32 model on the CPU without it, the first call says once (a ``racer_ref`` log
+warning) how to turn it on, or to silence that with ``$RACER_REF_CPU_KERNELS=off``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
+from racer_ref.tree import METHODS, DraftTree
+
+#: The capacity on a GPU when ``capacity=None``: the paper's.
+DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
+#: The default elsewhere: on a CPU a verify pass costs more with every node, and 16 nodes
+#: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
+#: Fixed rather than "auto" so that a seed reproduces a sampled output.
+DEFAULT_CPU_CAPACITY = 16
+
+#: generate()'s drafter parameters and their values when neither the caller nor a given
+#: drafter sets them (the paper's, from :mod:`racer_ref.reference.limits`).
+DRAFTER_DEFAULTS = {"capacity": DEFAULT_CAPACITY, "breadth": DEFAULT_BREADTH, "ngram": DEFAULT_NGRAM,
+                    "max_nodes": DEFAULT_MAX_NODES, "backend": "rust", "tree": "paper"}
+
+#: Settings of ``model.generation_config`` that a sampling ``model.generate`` applies and
+#: generate() does not take from the config (it has its own ``temperature`` and ``top_p``;
+#: pass the others as ``logits_processor``), with their neutral values: a setting away from
+#: them makes the two differ when sampling, so we warn. The greedy processors (repetition
+#: penalty, ``no_repeat_ngram_size``, ...) are applied.
+UNAPPLIED_SAMPLING_SETTINGS = {
+    "top_k": (None, 0), "typical_p": (None, 1.0), "min_p": (None, 0.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+}
+
+#: Generation-config keys that build no logits processor of greedy decoding: a config that
+#: differs from transformers' defaults in these only needs no processor code at all. Any
+#: other key sends the config through transformers' own processor builder.
+NO_PROCESSOR_KEYS = frozenset({
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "max_length",
+    "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "min_p", "typical_p",
+    "epsilon_cutoff", "eta_cutoff", "use_cache", "cache_implementation", "return_dict_in_generate",
+    "output_scores", "output_logits", "output_attentions", "output_hidden_states", "transformers_version",
+    "_from_model_config",
+})
+
+
+class RootOnlyDrafter:
+    """The drafter of method ``"ar"``: every tree is the root alone (plain autoregressive
+    decoding through the same loop). It learns nothing, so it asks for no top-k (``breadth 0``)."""
+
+    method = "ar"
+    breadth = 0
+
+    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
+        return DraftTree.root_only(root)
+
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        """Nothing to learn."""
+
+    def commit(self, token_ids: Any) -> None:
+        """Nothing to learn."""
+
+
+class StopStrings:
+    """Finds the first token at which the generated text contains one of the stop strings.
+
+    The text is the one that reads after the prompt: each check decodes the tail of the
+    output *with a few tokens before it* and keeps what follows their text. Decoded alone,
+    the first token of a SentencePiece-style tokenizer (Llama-2, Mistral, Gemma) loses its
+    leading space, so a stop string such as ``" any"`` would be missed as the first word.
+
+    The tail is long enough to hold the longest stop string ending inside the newest
+    token's text: it starts at ``2 * longest + 4`` tokens and doubles while its text
+    (without the broken character a cut through a multi-byte character leaves at its start)
+    is too short. One character can take several byte-level tokens (an emoji four), so a
+    window in tokens alone can miss a stop string; this one is measured in characters, and
+    its cost does not grow with the output.
+    """
+
+    #: Tokens decoded before the tail, whose text is then cut off.
+    CONTEXT = 4
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_ids: Sequence[int]) -> None:
+        self.tokenizer, self.stop = tokenizer, list(stop)
+        self.longest = max(len(s) for s in self.stop)
+        self.prompt_tail = list(prompt_ids)[-self.CONTEXT:]
+
+    def text(self, output: List[int], window: int) -> str:
+        """The text of the last ``window`` tokens of ``output`` as it reads after what precedes them."""
+        start = max(len(output) - window, 0)
+        context = (self.prompt_tail + output[max(start - self.CONTEXT, 0):start])[-self.CONTEXT:]
+        head, whole = self.tokenizer.decode(context), self.tokenizer.decode(context + output[start:])
+        # A context that ends inside a multi-byte character reads differently alone: decode the tail alone.
+        return whole[len(head):] if whole.startswith(head) else self.tokenizer.decode(output[start:])
+
+    def hit(self, output: List[int]) -> bool:
+        """True if a stop string ends in the text of the last token of ``output``."""
+        # The tail must hold the newest token's text and the longest - 1 characters before it.
+        need = self.longest + len(self.text(output, 1).strip("\ufffd"))
+        window = 2 * self.longest + 4
+        while True:
+            text = self.text(output, window)
+            if window >= len(output) or len(text.lstrip("\ufffd")) >= need:
+                return any(s in text for s in self.stop)
+            window *= 2
+
+
+@dataclass(frozen=True)
+class Options:
+    """One ``generate()`` call, its arguments checked and resolved: what the loop reads.
+
+    Attributes:
+        prompt_ids: ``(P,)`` int64 prompt token ids.
+        max_new_tokens: at most this many new tokens.
+        room: new tokens that fit in the model's context length (``inf`` without one).
+        cache: the empty ``DynamicCache`` the prefill fills.
+        drafter: what drafts each tree (``draft``, ``observe``, ``commit``).
+        k: top-k ids kept per verified logits row (the drafter's breadth; 0 for ``"ar"``).
+        method: the drafting method, for the result.
+        temperature, top_p, generator: sampling (``temperature == 0``: greedy).
+        observe_rejected: feed every verified node to the copy-logit table (or the accepted only).
+        processors: a ``TreeLogitsProcessor``, or ``None``: the logits are the target's scores.
+        eos: the EOS token ids.
+        stops: a :class:`StopStrings`, or ``None`` without stop strings.
+        stopping_criteria, streamer, callback: as given (``None`` when not).
+    """
+
+    prompt_ids: np.ndarray
+    max_new_tokens: int
+    room: float
+    cache: Any
+    drafter: Any
+    k: int
+    method: str
+    temperature: float
+    top_p: float
+    generator: Optional[torch.Generator]
+    observe_rejected: bool
+    processors: Any
+    eos: FrozenSet[int]
+    stops: Optional[StopStrings]
+    stopping_criteria: Any
+    streamer: Any
+    callback: Any
+
+
+def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
+    """Check every argument of :func:`racer_ref.generate` (its "Raises" section) and resolve them.
+
+    Args:
+        model: the target model.
+        arguments: ``generate()``'s other arguments by name, as given.
+
+    Returns:
+        the :class:`Options` the loop reads.
+
+    Raises (so does ``generate()``):
+        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
+            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
+            ``max_new_tokens < 0``, drafter parameters out of range (``capacity < 1``,
+            ``breadth`` outside ``[1, vocab_size]``, ``ngram < 2``, ``max_nodes < 1``, an unknown
+            ``backend``, checked for ``"ar"`` and with a given ``drafter`` too; the upper limits
+            by the drafter that is built), a drafter parameter or ``method`` that contradicts the
+            given ``drafter``, an unknown method, bad sampling arguments, an
+            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
+            model.
+        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
+            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
+            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
+            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
+            ``drafter`` without ``draft``/``observe``/``commit``.
+        All of them before any work is done (no forward pass, no drafter update).
+    """
+    a = dict(arguments)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
+    method = a["method"]
+    if method is not None and method not in METHODS:
+        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    _check_int("max_new_tokens", a["max_new_tokens"], 0)
+    check_sampling_arguments(a["temperature"], a["top_p"])
+    _check_generation_config(model, a["temperature"], a["logits_processor"] is not None)
+    vocab_size = int(config.vocab_size)
+    prompt_ids = _prompt_ids(a["tokenizer"], a["prompt"], vocab_size)
+    max_length = getattr(config, "max_position_embeddings", None)
+    if max_length is not None and len(prompt_ids) >= max_length:
+        raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
+    eos = _eos_ids(model, a["eos_token_id"], vocab_size)
+    stops = _stop_strings(a["tokenizer"], a["stop"], prompt_ids)
+    cache = make_cache(model, a["cache"])
+    _cpu_attention(model)
+    generator = _generator(a["generator"], a["seed"])
+    if not isinstance(a["observe_rejected"], bool):
+        raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
+    for name in ("callback", "stopping_criteria"):
+        if a[name] is not None and not callable(a[name]):
+            raise TypeError(f"{name}: expected a callable, got {type(a[name]).__name__}")
+    streamer = a["streamer"]
+    if streamer is not None and not (callable(getattr(streamer, "put", None))
+                                     and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
+    drafter = _drafter(model, a["drafter"], vocab_size, method, a)
+    own_breadth = getattr(drafter, "breadth", None)  # 0 for "ar"; None for a drafter of the caller's without one
+    k = own_breadth if own_breadth is not None else (a["breadth"] or DRAFTER_DEFAULTS["breadth"])
+    return Options(
+        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=a["max_new_tokens"],
+        room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
+        drafter=drafter, k=min(int(k), vocab_size), method=getattr(drafter, "method", None) or method or "racer",
+        temperature=a["temperature"], top_p=a["top_p"], generator=generator,
+        observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
+        stopping_criteria=a["stopping_criteria"], streamer=streamer, callback=a["callback"],
+    )
+
+
+# ----------------------------------------------------------------------------- one argument each
+#: The smallest positive temperature: the logits are divided by it in float32, so it must
+#: be a normal float32 number (below it, 1 / temperature is not representable).
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
+def check_sampling_arguments(temperature: float, top_p: float) -> None:
+    """Check ``temperature`` (0 = greedy, or in ``[MIN_TEMPERATURE, inf)``) and ``top_p``
+    (in ``(0, 1]``). Any real number is accepted: int, float, numpy scalar; not bool.
+
+    Raises:
+        TypeError: a value that is not a real number.
+        ValueError: a value out of range (NaN and infinities included).
+    """
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:.3g}, "
+                         f"got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    """``TypeError`` unless ``value`` is an int (bool refused), ``ValueError`` below ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+
+
+def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
+    """Validate ``prompt`` and return its token ids (batch size 1)."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("prompt: a string prompt needs a tokenizer (or pass token ids)")
+        ids = list(tokenizer(prompt)["input_ids"])
+    else:
+        if isinstance(prompt, torch.Tensor):
+            if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+                raise TypeError(f"prompt: expected integer token ids, got dtype {prompt.dtype}")
+            array = prompt.detach().cpu().numpy()
+        elif isinstance(prompt, np.ndarray):
+            array = prompt
+        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            # dtype=object keeps Python ints as they are: numpy would turn [1, 2**63] into
+            # float64 and [2**63] into uint64.
+            try:
+                array = np.asarray(prompt, dtype=object)
+            except ValueError as error:  # ragged nesting
+                raise ValueError(f"prompt: not a sequence of token ids ({error})") from None
+        else:
+            raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
+                            f"got {type(prompt).__name__}")
+        if array.ndim == 2 and array.shape[0] == 1:
+            array = array[0]  # a (1, n) batch
+        if array.ndim != 1:
+            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids or a (1, n) "
+                             f"batch, got shape {tuple(array.shape)}")
+        values = array.tolist()  # Python ints: no wrap-around of uint64 or huge ids
+        if array.dtype.kind not in "iu":
+            # An object array (from a list) may hold ints of any size: check each element.
+            if array.dtype != object:
+                kinds = {f"dtype {array.dtype}"} if values else set()
+            else:
+                kinds = {type(v).__name__ for v in values
+                         if isinstance(v, bool) or not isinstance(v, (int, np.integer))}
+            if kinds:
+                raise TypeError(f"prompt: expected integer token ids, got {', '.join(sorted(kinds))}")
+        ids = [int(v) for v in values]
+    if not ids:
+        raise ValueError("prompt: empty; give at least one token")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt: token ids must lie in [0, {vocab_size}); got {bad[:5]}")
+    return ids
+
+
+def _eos_ids(model: Any, eos_token_id: Any, vocab_size: int) -> List[int]:
+    """``eos_token_id`` as a list (``None``: the model's generation config, as ``model.generate``).
+    Ids given by the caller must be tokens the model can produce."""
+    given = eos_token_id is not None
+    if not given:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            return []
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.reshape(-1).tolist()
+    values = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else eos_token_id
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
+    values = list(values)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
+    ids = sorted({int(v) for v in values})
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if given and bad:
+        raise ValueError(f"eos_token_id: token ids must lie in [0, {vocab_size}); got {bad[:5]}")
+    return ids
+
+
+def _stop_strings(tokenizer: Any, stop: Any, prompt_ids: List[int]) -> Optional[StopStrings]:
+    """``stop`` checked: a :class:`StopStrings`, or ``None`` when there are none."""
+    if isinstance(stop, (bytes, bytearray)) or (
+            stop is not None and not isinstance(stop, str) and not hasattr(stop, "__iter__")):
+        raise TypeError(f"stop: expected a string or a list of strings, got {type(stop).__name__}")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    kinds = sorted({type(s).__name__ for s in stops if not isinstance(s, str)})
+    if kinds:
+        raise TypeError(f"stop: expected a string or a list of strings, got a list with {', '.join(kinds)}")
+    if any(not s for s in stops):
+        raise ValueError(f"stop: expected non-empty strings, got {stop!r}")
+    if stops and tokenizer is None:
+        raise ValueError("stop: stop strings need a tokenizer")
+    return StopStrings(tokenizer, stops, prompt_ids) if stops else None
+
+
+def _generator(generator: Any, seed: Any) -> Optional[torch.Generator]:
+    """The CPU generator of the draws: the given one, or one seeded with ``seed``, or ``None``."""
+    if generator is not None and (not isinstance(generator, torch.Generator) or generator.device.type != "cpu"):
+        raise ValueError("generator: expected a CPU torch.Generator (the draws are made on the CPU)")
+    if seed is not None:
+        _check_int("seed", seed, -(2**63))
+        if seed >= 2**64:  # torch.Generator.manual_seed takes [-2**63, 2**64)
+            raise ValueError(f"seed: expected an int in [-2**63, 2**64), got {seed!r}")
+    if generator is None and seed is not None:
+        generator = torch.Generator().manual_seed(int(seed))
+    return generator
+
+
+def _check_generation_config(model: Any, temperature: float, processors_given: bool) -> None:
+    """Warn about every setting of the model's generation config that ``model.generate``
+    would apply and ``generate()`` does not (they change the output or its distribution)."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return
+    settings = UNAPPLIED_SAMPLING_SETTINGS if temperature > 0 and not processors_given else {}
+    ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in settings.items()
+               if getattr(config, name, None) not in neutral]
+    if ignored:
+        warnings.warn(f"model.generation_config: {', '.join(ignored)} not applied by racer_ref.generate "
+                      "when sampling (pass them as logits_processor), so its distribution differs from "
+                      "model.generate's", stacklevel=4)
+    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
+        warnings.warn(f"model.generation_config: cache_implementation={config.cache_implementation!r} is not "
+                      "used: racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
+                      stacklevel=4)
+
+
+def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], max_new_tokens: int,
+                    eos_token_id: Any) -> Any:
+    """The processors applied to every draft-tree node, or ``None`` when there are none.
+
+    ``logits_processor=None`` takes what ``model.generate(do_sample=False)`` applies from the
+    model's generation config; a config with transformers' defaults (but for the settings of
+    :data:`NO_PROCESSOR_KEYS`) applies nothing, and then no processor code runs.
+    """
+    if logits_processor is None:
+        config = getattr(model, "generation_config", None)
+        if config is None or not hasattr(model, "_get_logits_processor"):
+            return None
+        if set(config.to_diff_dict()) <= NO_PROCESSOR_KEYS:
+            return None
+    from racer_ref.integrations.processing import as_tree_processor, default_processors
+
+    if logits_processor is None:
+        logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
+    return as_tree_processor(logits_processor)  # None: raw logits are the target's scores
+
+
+#: Whether the one-time hint about the CPU fast path was given in this process.
+_HINTED = False
+
+
+def _cpu_attention(model: Any) -> None:
+    """On a CPU, plug in tree attention without KV copies; once per process, say how to get
+    the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
+    global _HINTED
+    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
+    prepared = getattr(model, "racer_cpu_kernels", None) is not None
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa" and not prepared
+    if model.device.type != "cpu" or (_HINTED and not sdpa):
+        return
+    from racer_ref.speedups.cpu_kernels import switched_off
+
+    if switched_off():
+        return
+    if sdpa and hasattr(model, "set_attn_implementation"):
+        from racer_ref.speedups.attention import use_sdpa_gqa
+
+        use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    if not _HINTED and model.dtype == torch.float32 and not prepared:
+        _HINTED = True
+        logging.getLogger("racer_ref").warning(
+            "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
+            "To turn it on: from racer_ref.speedups.cpu_kernels import speed_up_model; speed_up_model(model) "
+            "(faster verify passes; the same tokens but at float near-ties). RACER_REF_CPU_KERNELS=off "
+            "silences this.")
+
+
+def make_cache(model: Any, cache: Any) -> Any:
+    """An empty ``DynamicCache`` of full-attention layers, or a clear ``ValueError``.
+
+    Without a cache from the caller we make one whose layers write in place
+    (:class:`racer_ref.speedups.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
+    """
+    from transformers import DynamicCache
+    from transformers import cache_utils
+    from transformers.cache_utils import DynamicLayer
+
+    from racer_ref.speedups.kv_cache import GrowingLayer, growing_cache
+
+    # The model's own layout tells sliding-window and other layers apart. A cache given
+    # as DynamicCache() has no layers until the first forward pass (they are then all
+    # DynamicLayer), so the layout is checked whatever cache the caller passes.
+    layout = growing_cache(model)
+    # Attention layers (full, sliding-window, quantized...) share CacheLayerMixin; a Mamba-style
+    # model's layers are all linear-attention (recurrent state) layers.
+    attention = getattr(cache_utils, "CacheLayerMixin", DynamicLayer)
+    if not any(isinstance(layer, attention) for layer in layout.layers):
+        raise ValueError(f"model: {type(model).__name__} has no attention layers ({model.config.model_type}); "
+                         "racer-ref verifies a draft tree through tree attention, so it needs a transformer "
+                         "with full-attention layers")
+    if cache is None:
+        cache = layout
+    if type(cache) is not DynamicCache:
+        raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
+    if not hasattr(cache, "layers"):
+        raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
+    for layer in list(layout.layers) + list(cache.layers):
+        if type(layer) not in (DynamicLayer, GrowingLayer):
+            raise ValueError(
+                f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
+                "and quantized layers cannot keep an accepted tree path); only full-attention DynamicLayer"
+            )
+    if cache.get_seq_length() != 0:
+        raise ValueError("cache: must be empty; generate() prefills it with the prompt")
+    return cache
+
+
+def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a: Dict[str, Any]) -> Any:
+    """The drafter of this call: the given one, or a new one for ``method``.
+
+    The drafter parameters the caller passed (``None``: not passed) are each checked for
+    kind and range whether or not a drafter is given; with a drafter, a value that
+    contradicts it (or one it has no such setting for) is refused, never ignored.
+    ``capacity=None`` takes the device's default; ``"auto"`` wraps the new drafter in an
+    ``AdaptiveDrafter`` (:mod:`racer_ref.speedups.capacity`).
+    """
+    from racer_ref.drafter import BACKENDS, Drafter
+    from racer_ref.reference.drafter import TREES
+
+    given = {name: a[name] for name in DRAFTER_DEFAULTS}
+    auto = given["capacity"] == "auto"
+    if auto and drafter is not None:
+        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+    if auto:
+        given["capacity"] = DEFAULT_GPU_CAPACITY
+    elif given["capacity"] is None and drafter is None:  # the device's default (a given drafter brings its own)
+        given["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
+    for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
+        if given[name] is not None:
+            _check_int(name, given[name], low)
+    if given["breadth"] is not None and given["breadth"] > vocab_size:
+        raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
+    if given["backend"] is not None and given["backend"] not in BACKENDS:
+        raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
+    if given["tree"] is not None and given["tree"] not in TREES:
+        raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
+    if drafter is None:
+        method = "racer" if method is None else method
+        if method == "ar":
+            return RootOnlyDrafter()
+        settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
+        drafter = Drafter(method, vocab_size, settings.pop("capacity"), settings.pop("breadth"), **settings)
+        if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
+            from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+            drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
+        return drafter
+    missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
+    if missing:
+        raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
+                        f"got {type(drafter).__name__} without {', '.join(missing)}")
+    if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
+        raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
+    for name, value in {"method": method, **given}.items():
+        own = getattr(drafter, name, None)
+        if value is None or value == own or (name == "breadth" and own is None):
+            continue  # (breadth is the k of the top-k rows passed to a drafter without one)
+        if own is not None:
+            raise ValueError(f"{name}: {value!r} contradicts the given drafter's {name} {own!r}; "
+                             "leave it out, or build the drafter with it")
+        warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
+                      "(the drafter decides)", stacklevel=4)
+    return drafter
