@@ -37,7 +37,7 @@ use crate::automaton::{Automaton, Paths};
 use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogitTable};
 use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
-use crate::expected_tree::{AcceptanceEstimates, Annotation, ExpectedTree, RetrievalTrie, Scratch};
+use crate::expected_tree::Estimator;
 use crate::TokenId;
 
 /// How a drafter fills its capacity (methods `racer`, `retrieval`, `logits`,
@@ -279,14 +279,9 @@ pub struct Drafter {
     paths: Paths,
     root_topk: Vec<TokenId>,
     chain: Vec<TokenId>,
-    // Acceptance estimates (beyond the paper) and the last draft's annotation, kept until
-    // the observe call about it.
-    estimates: AcceptanceEstimates,
-    trie: RetrievalTrie,
-    expected: ExpectedTree,
-    annotation: Annotation,
-    has_last: bool,
-    scratch: Scratch,
+    // Beyond the paper: the acceptance estimates, attached by `TreeKind::Expected` and
+    // `capacity="auto"` only (`attach_estimator`); `None` on the paper's step.
+    estimator: Option<Box<Estimator>>,
 }
 
 impl Drafter {
@@ -320,6 +315,7 @@ impl Drafter {
         };
         let automaton = Automaton::new(config.max_nodes, config.ngram, config.min_border_depth)?;
         let automaton = config.method.uses_automaton().then_some(automaton);
+        let estimator = (config.tree == TreeKind::Expected).then(Box::default);
         Ok(Drafter {
             config,
             vocab_size,
@@ -333,12 +329,7 @@ impl Drafter {
             paths: Paths::default(),
             root_topk: Vec::new(),
             chain: Vec::new(),
-            estimates: AcceptanceEstimates::new(),
-            trie: RetrievalTrie::default(),
-            expected: ExpectedTree::default(),
-            annotation: Annotation::default(),
-            has_last: false,
-            scratch: Scratch::default(),
+            estimator,
         })
     }
 
@@ -362,15 +353,21 @@ impl Drafter {
         self.num_committed
     }
 
-    /// The acceptance estimates learned so far.
-    pub fn estimates(&self) -> &AcceptanceEstimates {
-        &self.estimates
+    /// The acceptance estimates and the last draft's annotation, if attached (beyond the
+    /// paper; see [`Drafter::attach_estimator`]).
+    pub fn estimator(&self) -> Option<&Estimator> {
+        self.estimator.as_deref()
     }
 
-    /// The last draft's annotation (path probabilities...), until the `observe` call
-    /// about it; `None` after it, after a reset, and for `pld` and `ar`.
-    pub fn last_annotation(&self) -> Option<&Annotation> {
-        self.has_last.then_some(&self.annotation)
+    /// Attach the acceptance estimates (beyond the paper): from now on every draft is
+    /// annotated with path probabilities and every `observe` about the last draft is
+    /// learned from. [`TreeKind::Expected`] attaches them in [`Drafter::new`]; the
+    /// capacity controller of `capacity="auto"` calls this. Attaching twice keeps what was
+    /// learned. `pld` and `ar` draft without estimates either way.
+    pub fn attach_estimator(&mut self) {
+        if self.estimator.is_none() {
+            self.estimator = Some(Box::default());
+        }
     }
 
     /// Copy-logit update (step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
@@ -404,17 +401,9 @@ impl Drafter {
             self.breadth,
         )?;
         // Beyond the paper: rows about the last draft become labelled samples (before the
-        // table takes the new rows). The last draft is learned from once.
-        if std::mem::take(&mut self.has_last) {
-            self.scratch.learn(
-                &self.annotation,
-                &self.trie,
-                token_ids,
-                topk_ids,
-                topk_shape,
-                self.table.as_ref(),
-                &mut self.estimates,
-            );
+        // table takes the new rows).
+        if let Some(e) = &mut self.estimator {
+            e.learn(token_ids, topk_ids, topk_shape, self.table.as_ref());
         }
         match &mut self.table {
             Some(t) => t.observe(token_ids, topk_ids, topk_shape),
@@ -484,7 +473,7 @@ impl Drafter {
     /// let mut d = Drafter::new(config)?;
     /// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
     /// assert_eq!(d.draft_at(2, None, Some(2))?.tokens, vec![2, 3]);
-    /// let e = d.last_annotation().unwrap().expected_tokens();
+    /// let e = d.estimator().unwrap().last_annotation().unwrap().expected_tokens();
     /// assert_eq!(e, 1.5); // the prior of rank 0: 1 / 2
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
@@ -514,7 +503,9 @@ impl Drafter {
         // just now, and the automaton's paths start with the root by construction.
         let capacity = step_capacity;
         let no_paths = std::iter::empty::<&[TokenId]>();
-        self.has_last = false;
+        if let Some(e) = &mut self.estimator {
+            e.forget_last();
+        }
         if self.config.method == Method::LogitsLast && last_topk.is_none() {
             return Err(Error::value(
                 "last_topk",
@@ -522,7 +513,7 @@ impl Drafter {
             ));
         }
         if self.config.method != Method::Pld && self.config.method != Method::Ar {
-            return Ok(self.draft_estimated(root, step_capacity, last_topk));
+            return Ok(self.draft_tree(root, step_capacity, last_topk));
         }
         // pld and ar (the other methods returned above).
         let tree = match self.config.method {
@@ -545,15 +536,10 @@ impl Drafter {
         Ok(tree)
     }
 
-    /// The methods with acceptance estimates (racer, retrieval, logits, logits-last):
-    /// the retrieval trie with frequencies, then the expected tree or the paper's merge
-    /// (annotated with the same estimates). Arguments already checked.
-    fn draft_estimated(
-        &mut self,
-        root: TokenId,
-        capacity: usize,
-        last_topk: Option<&[i64]>,
-    ) -> &FlatTree {
+    /// The tree methods (racer, retrieval, logits, logits-last): the retrieval paths, then
+    /// the paper's merge (steps 2-4), or the estimator's tree when one is attached.
+    /// Arguments already checked.
+    fn draft_tree(&mut self, root: TokenId, capacity: usize, last_topk: Option<&[i64]>) -> &FlatTree {
         let k = self.breadth;
         let expected = self.config.tree == TreeKind::Expected;
         if let Some(automaton) = self.automaton.as_mut() {
@@ -564,7 +550,6 @@ impl Drafter {
             self.paths.starts.clear();
             self.paths.freqs.clear();
         }
-        self.trie.rebuild(root, &self.paths.tokens, &self.paths.starts, &self.paths.freqs);
         let root_row = match (self.config.method, last_topk) {
             (Method::LogitsLast, Some(rt)) => {
                 // At least k ids, all in the vocabulary (< 2^28): the casts are exact.
@@ -574,35 +559,26 @@ impl Drafter {
             }
             _ => None,
         };
-        self.has_last = true;
-        if expected {
-            return self.expected.build(
+        if let Some(e) = self.estimator.as_mut() {
+            // Beyond the paper: the estimated tree, or the paper's annotated.
+            return e.draft(
                 &mut self.builder,
                 root,
                 capacity,
-                &self.trie,
+                &self.paths,
                 self.table.as_ref(),
                 root_row,
-                &self.estimates,
-                &mut self.annotation,
+                expected,
             );
         }
-        let flat = self.builder.build_trusted(
+        // The paper's merge: retrieval first, then the logits tree fills the rest.
+        self.builder.build_trusted(
             root,
             capacity,
             self.paths.iter(),
             self.table.as_ref(),
             root_row,
-        );
-        self.scratch.annotate(
-            flat,
-            &self.trie,
-            self.table.as_ref(),
-            root_row,
-            &self.estimates,
-            &mut self.annotation,
-        );
-        flat
+        )
     }
 
     /// Forget everything: automaton, copy-logit table, history.
@@ -624,8 +600,9 @@ impl Drafter {
         }
         self.history.clear();
         self.num_committed = 0;
-        self.estimates.reset();
-        self.has_last = false;
+        if let Some(e) = &mut self.estimator {
+            e.reset();
+        }
     }
 }
 

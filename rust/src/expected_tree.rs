@@ -43,6 +43,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use crate::automaton::Paths;
 use crate::copy_logit::CopyLogitTable;
 use crate::draft_tree::{FlatTree, Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
 use crate::{NodeId, TokenId};
@@ -649,6 +650,123 @@ impl Scratch {
             }
         }
         count
+    }
+}
+
+/// A drafter's acceptance estimates and its last draft's annotation (the twin's
+/// `Estimator`): what [`crate::drafter::TreeKind::Expected`] and `capacity="auto"` attach
+/// to a drafter ([`crate::drafter::Drafter::attach_estimator`]). The paper's step never
+/// runs it.
+///
+/// ```
+/// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+/// let mut d = Drafter::new(DrafterConfig { capacity: 8, ..DrafterConfig::new(Method::Logits, 20) })?;
+/// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
+/// d.draft(2, None)?;
+/// assert!(d.estimator().is_none()); // the paper's step: no estimates
+/// d.attach_estimator();
+/// d.draft(2, None)?;
+/// assert!(d.estimator().unwrap().last_annotation().is_some());
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct Estimator {
+    estimates: AcceptanceEstimates,
+    trie: RetrievalTrie,
+    expected: ExpectedTree,
+    annotation: Annotation,
+    has_last: bool,
+    scratch: Scratch,
+}
+
+impl Estimator {
+    /// Nothing learned yet, no last draft.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The acceptance estimates learned so far.
+    pub fn estimates(&self) -> &AcceptanceEstimates {
+        &self.estimates
+    }
+
+    /// The last draft's annotation (path probabilities...), until the `observe` call
+    /// about it; `None` after it, after a reset, and after a `pld` or `ar` draft.
+    pub fn last_annotation(&self) -> Option<&Annotation> {
+        self.has_last.then_some(&self.annotation)
+    }
+
+    /// Forget the last draft (a draft without estimates, or a failed one, follows).
+    pub fn forget_last(&mut self) {
+        self.has_last = false;
+    }
+
+    /// This step's tree into `builder` (arguments checked by the drafter): with `expected`
+    /// the `capacity` nodes of highest path probability from the union of `paths` and the
+    /// logits candidates, else the paper's merge; either way annotated for [`Self::learn`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn draft<'b>(
+        &mut self,
+        builder: &'b mut TreeBuilder,
+        root: TokenId,
+        capacity: usize,
+        paths: &Paths,
+        table: Option<&CopyLogitTable>,
+        root_row: Option<&[TokenId]>,
+        expected: bool,
+    ) -> &'b FlatTree {
+        self.trie.rebuild(root, &paths.tokens, &paths.starts, &paths.freqs);
+        self.has_last = true;
+        if expected {
+            return self.expected.build(
+                builder,
+                root,
+                capacity,
+                &self.trie,
+                table,
+                root_row,
+                &self.estimates,
+                &mut self.annotation,
+            );
+        }
+        let flat = builder.build_trusted(root, capacity, paths.iter(), table, root_row);
+        self.scratch.annotate(
+            flat,
+            &self.trie,
+            table,
+            root_row,
+            &self.estimates,
+            &mut self.annotation,
+        );
+        flat
+    }
+
+    /// Learn from the rows of one `observe` call (validated) if they are about the last
+    /// draft; call it before the table takes them. The last draft is learned from once.
+    pub fn learn(
+        &mut self,
+        token_ids: &[i64],
+        topk_ids: &[i64],
+        topk_shape: [usize; 2],
+        table: Option<&CopyLogitTable>,
+    ) {
+        if std::mem::take(&mut self.has_last) {
+            self.scratch.learn(
+                &self.annotation,
+                &self.trie,
+                token_ids,
+                topk_ids,
+                topk_shape,
+                table,
+                &mut self.estimates,
+            );
+        }
+    }
+
+    /// Forget what was learned and the last draft.
+    pub fn reset(&mut self) {
+        self.estimates.reset();
+        self.has_last = false;
     }
 }
 

@@ -455,19 +455,34 @@ impl PyDrafter {
     #[getter]
     fn path_probs<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray1<f64>>>> {
         let d = self.drafter()?;
-        Ok(d.last_annotation().map(|a| PyArray1::from_slice(py, &a.path)))
+        let last = d.estimator().and_then(|e| e.last_annotation());
+        Ok(last.map(|a| PyArray1::from_slice(py, &a.path)))
     }
 
     /// `E[a + 1]` of the last draft, or None.
     #[getter]
     fn expected_tokens(&self) -> PyResult<Option<f64>> {
-        Ok(self.drafter()?.last_annotation().map(|a| a.expected_tokens()))
+        let d = self.drafter()?;
+        let last = d.estimator().and_then(|e| e.last_annotation());
+        Ok(last.map(|a| a.expected_tokens()))
     }
 
-    /// The estimates' counts and calibration record, as a dict of lists.
-    fn acceptance_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    /// Attach the acceptance estimates (see the core's `Drafter::attach_estimator`).
+    fn attach_estimator(&self) -> PyResult<()> {
+        self.drafter()?.attach_estimator();
+        Ok(())
+    }
+
+    /// The estimates' counts and calibration record, as a dict of lists; None when no
+    /// estimates are attached.
+    fn acceptance_stats<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
         let d = self.drafter()?;
-        let e = d.estimates();
+        let Some(e) = d.estimator().map(|e| e.estimates()) else {
+            return Ok(None);
+        };
         let out = pyo3::types::PyDict::new(py);
         out.set_item("seen", e.seen.to_vec())?;
         out.set_item("accepted", e.accepted.to_vec())?;
@@ -475,7 +490,7 @@ impl PyDrafter {
         out.set_item("calibration_accepted", e.calibration_accepted.to_vec())?;
         out.set_item("calibration_predicted", e.calibration_predicted.to_vec())?;
         out.set_item("num_labels", e.num_labels)?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Tokens committed since the last reset.
