@@ -11,7 +11,7 @@ use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUnt
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{int_or_default, int_value, lock, type_name};
+use super::{int_or_default, int_value, lock, refuse_copy, type_name};
 use crate::automaton::{Automaton, Paths};
 use crate::error::Error;
 use crate::{check_capacity, TokenId};
@@ -244,6 +244,21 @@ impl PyAutomaton {
     #[getter]
     fn min_border_depth(&self) -> usize {
         self.min_border_depth
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
     }
 
     fn __repr__(&self) -> String {

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::{int_or_default, int_value, lock, type_name};
+use super::{int_or_default, int_value, lock, refuse_copy, type_name};
 
 use crate::copy_logit::CopyLogitTable;
 use crate::draft_tree::{check_tree_token, FlatTree, TreeBuilder};
@@ -263,6 +263,21 @@ impl PyCopyLogitTable {
     fn reset(&self) -> PyResult<()> {
         self.table()?.reset();
         Ok(())
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
     }
 
     fn __repr__(&self) -> String {
@@ -561,6 +576,21 @@ impl PyDrafter {
     fn reset(&self) -> PyResult<()> {
         self.drafter()?.reset();
         Ok(())
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
     }
 
     fn __repr__(&self) -> String {
