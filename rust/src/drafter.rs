@@ -38,7 +38,10 @@ use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogi
 use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
 use crate::expected_tree::Estimator;
-use crate::TokenId;
+use crate::{
+    TokenId, DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH,
+    DEFAULT_NGRAM,
+};
 
 /// How a drafter fills its capacity (methods `racer`, `retrieval`, `logits`,
 /// `logits-last`; `pld` and `ar` draft the same either way).
@@ -238,11 +241,11 @@ impl DrafterConfig {
         DrafterConfig {
             method,
             vocab_size,
-            capacity: 64,
-            breadth: 8,
-            ngram: 10,
-            max_nodes: 10_000,
-            min_border_depth: 2,
+            capacity: DEFAULT_CAPACITY as i64,
+            breadth: DEFAULT_BREADTH as i64,
+            ngram: DEFAULT_NGRAM as i64,
+            max_nodes: DEFAULT_MAX_NODES as i64,
+            min_border_depth: DEFAULT_MIN_BORDER_DEPTH as i64,
             tree: TreeKind::Paper,
         }
     }
@@ -539,7 +542,12 @@ impl Drafter {
     /// The tree methods (racer, retrieval, logits, logits-last): the retrieval paths, then
     /// the paper's merge (steps 2-4), or the estimator's tree when one is attached.
     /// Arguments already checked.
-    fn draft_tree(&mut self, root: TokenId, capacity: usize, last_topk: Option<&[i64]>) -> &FlatTree {
+    fn draft_tree(
+        &mut self,
+        root: TokenId,
+        capacity: usize,
+        last_topk: Option<&[i64]>,
+    ) -> &FlatTree {
         let k = self.breadth;
         let expected = self.config.tree == TreeKind::Expected;
         if let Some(automaton) = self.automaton.as_mut() {

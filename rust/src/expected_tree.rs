@@ -118,7 +118,10 @@ pub fn candidate_bucket(rank: i32, freq: u64, parent_freq: u64, depth: usize) ->
 #[inline]
 pub fn bucket_prior(bucket: usize) -> (u64, u64) {
     if bucket >= BOTH_OFFSET {
-        let (rank, level) = ((bucket - BOTH_OFFSET) / RATIO_LEVELS, (bucket - BOTH_OFFSET) % RATIO_LEVELS);
+        let (rank, level) = (
+            (bucket - BOTH_OFFSET) / RATIO_LEVELS,
+            (bucket - BOTH_OFFSET) % RATIO_LEVELS,
+        );
         (level as u64 + 2, rank as u64 + 6)
     } else if bucket >= RETRIEVAL_OFFSET {
         (((bucket - RETRIEVAL_OFFSET) / SUPPORT_LEVELS) as u64 + 1, 5)
@@ -241,7 +244,13 @@ impl RetrievalTrie {
                     Some(c) => c,
                     None => {
                         let c = self.push(tokens[i], freqs[i]);
-                        append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, node, c);
+                        append_child(
+                            &mut self.first_child,
+                            &mut self.last_child,
+                            &mut self.next_sibling,
+                            node,
+                            c,
+                        );
                         c
                     }
                 };
@@ -466,7 +475,13 @@ impl ExpectedTree {
             };
             let depth = self.depth[o.parent as usize] + 1;
             self.new_node(depth, o.cand.rc, o.p, o.q);
-            append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, o.parent, node);
+            append_child(
+                &mut self.first_child,
+                &mut self.last_child,
+                &mut self.next_sibling,
+                o.parent,
+                node,
+            );
             if !builder.is_full() {
                 self.offer_children(node, o.cand.token, trie, table, root_row, est, &mut seq);
             }
@@ -553,7 +568,14 @@ fn annotate(
         let ui = u as usize;
         if u != last_parent {
             let row = if ui == 0 { root_row } else { None };
-            candidate_children(flat.tokens[ui] as TokenId, ann.links[ui], trie, table, row, cands);
+            candidate_children(
+                flat.tokens[ui] as TokenId,
+                ann.links[ui],
+                trie,
+                table,
+                row,
+                cands,
+            );
             last_parent = u;
         }
         let depth = flat.depths[i] as usize;
@@ -642,10 +664,24 @@ impl Scratch {
             self.choice_at[u] = choice;
             let depth = ann.depths[u] as usize + 1;
             let link = ann.links[u];
-            let root_row = if u == 0 { ann.root_row.as_deref() } else { None };
-            candidate_children(ann.tokens[u] as TokenId, link, trie, table, root_row, &mut self.cands);
+            let root_row = if u == 0 {
+                ann.root_row.as_deref()
+            } else {
+                None
+            };
+            candidate_children(
+                ann.tokens[u] as TokenId,
+                link,
+                trie,
+                table,
+                root_row,
+                &mut self.cands,
+            );
             for c in &self.cands {
-                est.record(bucket_of(c, link, trie, depth), i64::from(c.token) == choice);
+                est.record(
+                    bucket_of(c, link, trie, depth),
+                    i64::from(c.token) == choice,
+                );
                 count += 1;
             }
         }
@@ -715,7 +751,8 @@ impl Estimator {
         root_row: Option<&[TokenId]>,
         expected: bool,
     ) -> &'b FlatTree {
-        self.trie.rebuild(root, &paths.tokens, &paths.starts, &paths.freqs);
+        self.trie
+            .rebuild(root, &paths.tokens, &paths.starts, &paths.freqs);
         self.has_last = true;
         if expected {
             return self.expected.build(
@@ -776,7 +813,7 @@ mod tests {
 
     #[test]
     fn buckets_stay_in_range_and_priors_inside_0_1() {
-        let mut seen = vec![false; NUM_BUCKETS];
+        let mut seen = [false; NUM_BUCKETS];
         for rank in -1..10 {
             let pairs = (1..12u64).flat_map(|pf| (1..=pf).map(move |f| (f, pf)));
             for (f, pf) in std::iter::once((0, 0)).chain(pairs) {
@@ -813,12 +850,20 @@ mod tests {
     #[test]
     fn best_first_is_prefix_closed_and_learns() {
         let mut table = CopyLogitTable::new(10, 2).unwrap();
-        table.observe(&[0, 1, 2], &[1, 2, 3, 4, 5, 6], [3, 2]).unwrap();
+        table
+            .observe(&[0, 1, 2], &[1, 2, 3, 4, 5, 6], [3, 2])
+            .unwrap();
         let mut trie = RetrievalTrie::default();
         trie.rebuild(0, &[0, 1, 3, 0, 2], &[0, 3, 5], &[4, 3, 3, 4, 1]);
         let mut est = AcceptanceEstimates::new();
-        let (mut b, mut x, mut ann) = (TreeBuilder::new(), ExpectedTree::default(), Annotation::default());
-        let flat = x.build(&mut b, 0, 5, &trie, Some(&table), None, &est, &mut ann).clone();
+        let (mut b, mut x, mut ann) = (
+            TreeBuilder::new(),
+            ExpectedTree::default(),
+            Annotation::default(),
+        );
+        let flat = x
+            .build(&mut b, 0, 5, &trie, Some(&table), None, &est, &mut ann)
+            .clone();
         assert_eq!(flat.tokens, vec![0, 1, 2, 3, 4]);
         for i in 1..flat.len() {
             assert!(ann.path[i] <= ann.path[flat.parents[i] as usize]);
@@ -826,9 +871,20 @@ mod tests {
         // The target chose 1 after 0, 3 after 1: all rows observed.
         let topk = [1, 9, 5, 9, 3, 9, 0, 9, 0, 9];
         let mut s = Scratch::default();
-        let n = s.learn(&ann, &trie, &flat.tokens, &topk, [5, 2], Some(&table), &mut est);
+        let n = s.learn(
+            &ann,
+            &trie,
+            &flat.tokens,
+            &topk,
+            [5, 2],
+            Some(&table),
+            &mut est,
+        );
         assert!(n > 0 && est.num_labels == n as u64);
         // Not this tree: nothing learned.
-        assert_eq!(s.learn(&ann, &trie, &[7], &[1, 2], [1, 2], Some(&table), &mut est), 0);
+        assert_eq!(
+            s.learn(&ann, &trie, &[7], &[1, 2], [1, 2], Some(&table), &mut est),
+            0
+        );
     }
 }

@@ -111,6 +111,23 @@ pub const MAX_TOKEN_ID: TokenId = u32::MAX;
 /// ```
 pub const MAX_CAPACITY: usize = 4096;
 
+/// The paper's capacity `C`: draft-tree nodes per verify pass, root included.
+pub const DEFAULT_CAPACITY: usize = 64;
+
+/// The paper's breadth `k`: next-token ids kept per row of the copy-logit table (and the
+/// root's breadth in the logits tree).
+pub const DEFAULT_BREADTH: usize = 8;
+
+/// The paper's `n`: the longest n-gram window the automaton inserts (its depth bound).
+pub const DEFAULT_NGRAM: usize = 10;
+
+/// The paper's node budget of the automaton before LRU eviction.
+pub const DEFAULT_MAX_NODES: usize = 10_000;
+
+/// The shallowest border depth: a border is a state of depth >= 2 (a one-token match is
+/// no evidence).
+pub const DEFAULT_MIN_BORDER_DEPTH: usize = 2;
+
 /// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.
 ///
 /// The one capacity check of the crate: draft trees, retrieval trees and drafters use it.

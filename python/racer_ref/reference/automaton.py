@@ -800,7 +800,7 @@ def _walkthrough() -> None:
 
     print("Stage 1. Commit the tokens (one id per word), ngram = 5:")
     print("   ", " ".join(words))
-    automaton = Automaton(max_nodes=10_000, ngram=5)
+    automaton = Automaton(max_nodes=DEFAULT_MAX_NODES, ngram=5)
     automaton.extend(ids)
     print(f"    {len(ids)} tokens -> {automaton.len()} trie nodes (every substring of <= 5 words)")
     print("    a few states (frequency = occurrences, failure link, LRU rank):")
