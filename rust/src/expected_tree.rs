@@ -15,8 +15,8 @@
 //!
 //! Labels: after a verify pass, every candidate child of every verified node is a sample,
 //! `label = (token == the target's top-1 at the parent)`. A [`crate::drafter::Drafter`]
-//! keeps the [`Annotation`] of its last tree and learns from the `observe` call about it
-//! ([`learn`]).
+//! with an [`Estimator`] attached keeps the [`Annotation`] of its last tree and learns
+//! from the `observe` call about it ([`Estimator::learn`]). The paper's step attaches none.
 //!
 //! Both twins use the same buckets, priors, candidate order, tie-breaking (the candidate
 //! offered first wins) and float operations in the same order, so trees, estimates and
@@ -591,7 +591,8 @@ fn annotate(
     }
 }
 
-/// Scratch of [`annotate`] and [`learn`] (candidate lists), opaque outside this module.
+/// Scratch of [`Scratch::annotate`] and [`Scratch::learn`] (candidate lists), opaque
+/// outside this module.
 #[derive(Debug, Clone, Default)]
 pub struct Scratch {
     cands: Vec<Cand>,
@@ -600,7 +601,8 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// [`annotate`] with this scratch.
+    /// Annotate the flattened tree `flat` with the estimates: each node's trie link,
+    /// conditional estimate and path probability, into `ann` (see the twin's `annotate`).
     pub fn annotate(
         &mut self,
         flat: &FlatTree,

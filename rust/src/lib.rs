@@ -46,20 +46,27 @@
 //! # A drafting step
 //!
 //! ```
+//! use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
 //! use racer_ref::drafter::{Drafter, DrafterConfig, Method};
 //!
 //! let mut drafter = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
 //! // The committed tokens so far (prompt + output): the automaton learns their n-grams.
 //! drafter.commit(&[5, 6, 7, 8, 9, 5, 6])?;
-//! // The target model's top-2 next-token ids after token 6 (row-major, shape (1, 8)).
-//! drafter.observe(&[6], &[7, 1, 2, 3, 4, 10, 11, 12], [1, 8])?;
-//! // Draft the tree for root 6: "7 8 9 ..." comes from the automaton (6 was followed by
-//! // 7 8 9 before), the other children of the root from the copy-logit row of 6.
-//! let tree = drafter.draft(6, None)?;
-//! assert_eq!(tree.tokens[0], 6);
-//! assert_eq!(tree.tokens[1], 7);
-//! assert_eq!(tree.parents[1], 0);
-//! assert!(tree.len() <= 64);
+//! // The target model read token 7 once and predicted these top-8 next tokens there
+//! // (row-major, shape (1, 8)): the copy-logit row of 7.
+//! drafter.observe(&[7], &[8, 1, 2, 3, 4, 10, 11, 12], [1, 8])?;
+//! // The target now predicts 7 after "... 5 6": the root. "5 6 7" occurred before, followed
+//! // by 8 9 5 6, so the automaton proposes the path 7 8 9 5 6; the copy-logit row of 7
+//! // proposes 8 (the same child: "both") and 1 2 3 4 10 11 12 beside it.
+//! let tree = drafter.draft(7, None)?;
+//! assert_eq!(&tree.tokens[..4], &[7, 8, 1, 2]);
+//! assert_eq!(&tree.sources[1..4], &[SOURCE_BOTH, SOURCE_LOGITS, SOURCE_LOGITS]);
+//! let retrieved: Vec<i64> = (1..tree.len())
+//!     .filter(|&i| tree.sources[i] == SOURCE_RETRIEVAL)
+//!     .map(|i| tree.tokens[i])
+//!     .collect();
+//! assert_eq!(retrieved, vec![9, 5, 6]); // deeper on the retrieval path
+//! assert!(tree.len() <= racer_ref::DEFAULT_CAPACITY);
 //! # Ok::<(), racer_ref::error::Error>(())
 //! ```
 //!
@@ -81,6 +88,11 @@ pub mod lru;
 
 #[cfg(feature = "python")]
 mod py;
+
+/// The crate README's example runs as a doc test, so the registry page cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 use error::{Error, Result};
 
