@@ -39,7 +39,7 @@ use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
 use crate::expected_tree::Estimator;
 use crate::{
-    TokenId, DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH,
+    Id, TokenId, DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH,
     DEFAULT_NGRAM,
 };
 
@@ -280,7 +280,6 @@ pub struct Drafter {
     // Scratch, reused every step: the automaton's paths, `last_topk` as token ids, the
     // PLD chain.
     paths: Paths,
-    root_topk: Vec<TokenId>,
     chain: Vec<TokenId>,
     // Beyond the paper: the acceptance estimates, attached by `TreeKind::Expected` and
     // `capacity="auto"` only (`attach_estimator`); `None` on the paper's step.
@@ -330,7 +329,6 @@ impl Drafter {
             num_committed: 0,
             builder: TreeBuilder::new(),
             paths: Paths::default(),
-            root_topk: Vec::new(),
             chain: Vec::new(),
             estimator,
         })
@@ -391,26 +389,47 @@ impl Drafter {
     /// ```
     pub fn observe(
         &mut self,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
     ) -> Result<()> {
         // Same checks for every method, before anything changes.
+        self.check_observe(token_ids, topk_ids, topk_shape)?;
+        self.observe_trusted(token_ids, topk_ids, topk_shape);
+        Ok(())
+    }
+
+    /// The checks of [`Drafter::observe`], for ids as the caller holds them (the PyO3
+    /// layer checks the `i64`s of a numpy array here, then converts them).
+    pub(crate) fn check_observe<T: Id>(
+        &self,
+        token_ids: &[T],
+        topk_ids: &[T],
+        topk_shape: [usize; 2],
+    ) -> Result<()> {
         check_observe(
             token_ids,
             topk_ids,
             topk_shape,
             self.vocab_size,
             self.breadth,
-        )?;
+        )
+    }
+
+    /// [`Drafter::observe`] for checked arguments.
+    pub(crate) fn observe_trusted(
+        &mut self,
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
+        topk_shape: [usize; 2],
+    ) {
         // Beyond the paper: rows about the last draft become labelled samples (before the
         // table takes the new rows).
         if let Some(e) = &mut self.estimator {
             e.learn(token_ids, topk_ids, topk_shape, self.table.as_ref());
         }
-        match &mut self.table {
-            Some(t) => t.observe(token_ids, topk_ids, topk_shape),
-            None => Ok(()),
+        if let Some(t) = &mut self.table {
+            t.observe_trusted(token_ids, topk_ids, topk_shape);
         }
     }
 
@@ -426,18 +445,26 @@ impl Drafter {
     /// assert_eq!(d.num_committed(), 3);
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
-    pub fn commit(&mut self, token_ids: &[i64]) -> Result<()> {
-        check_token_ids("token_ids", token_ids, self.vocab_size)?;
+    pub fn commit(&mut self, token_ids: &[TokenId]) -> Result<()> {
+        self.check_commit(token_ids)?;
+        self.commit_trusted(token_ids);
+        Ok(())
+    }
+
+    /// The check of [`Drafter::commit`], for ids as the caller holds them.
+    pub(crate) fn check_commit<T: Id>(&self, token_ids: &[T]) -> Result<()> {
+        check_token_ids("token_ids", token_ids, self.vocab_size)
+    }
+
+    /// [`Drafter::commit`] for ids the caller checked (all in `[0, vocab_size)`).
+    pub(crate) fn commit_trusted(&mut self, token_ids: &[TokenId]) {
         if let Some(a) = &mut self.automaton {
-            // Ids are < vocab_size <= 2^28, so the cast is exact.
-            let tokens: Vec<u32> = token_ids.iter().map(|&t| t as u32).collect();
-            a.extend(&tokens);
+            a.extend(token_ids);
         }
         if self.config.method == Method::Pld {
-            self.history.extend(token_ids.iter().map(|&t| t as u32));
+            self.history.extend_from_slice(token_ids);
         }
         self.num_committed += token_ids.len();
-        Ok(())
     }
 
     /// Build this step's draft tree for `root` (steps 2-4).
@@ -459,7 +486,7 @@ impl Drafter {
     /// assert!(d.draft(5, None).is_err()); // logits-last needs last_topk
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
-    pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
+    pub fn draft(&mut self, root: TokenId, last_topk: Option<&[TokenId]>) -> Result<&FlatTree> {
         self.draft_at(root, last_topk, None)
     }
 
@@ -482,10 +509,22 @@ impl Drafter {
     /// ```
     pub fn draft_at(
         &mut self,
-        root: i64,
-        last_topk: Option<&[i64]>,
+        root: TokenId,
+        last_topk: Option<&[TokenId]>,
         capacity: Option<i64>,
     ) -> Result<&FlatTree> {
+        let (root, capacity) = self.check_draft(root, last_topk, capacity)?;
+        self.draft_trusted(root, last_topk, capacity)
+    }
+
+    /// The checks of [`Drafter::draft_at`] (all but the one `draft_trusted` makes), for
+    /// ids as the caller holds them; returns the root and this step's capacity.
+    pub(crate) fn check_draft<T: Id>(
+        &self,
+        root: T,
+        last_topk: Option<&[T]>,
+        capacity: Option<i64>,
+    ) -> Result<(TokenId, usize)> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
         let step_capacity = match capacity {
@@ -502,9 +541,18 @@ impl Drafter {
             }
             check_token_ids("last_topk", rt, vocab)?;
         }
-        // Everything is valid from here on: the capacity was checked in `new`, the ids
-        // just now, and the automaton's paths start with the root by construction.
-        let capacity = step_capacity;
+        Ok((root, step_capacity))
+    }
+
+    /// [`Drafter::draft_at`] for arguments checked by [`Drafter::check_draft`]. Errors:
+    /// `last_topk` missing for `logits-last` (the last draft is forgotten first, as in
+    /// the twin).
+    pub(crate) fn draft_trusted(
+        &mut self,
+        root: TokenId,
+        last_topk: Option<&[TokenId]>,
+        capacity: usize,
+    ) -> Result<&FlatTree> {
         let no_paths = std::iter::empty::<&[TokenId]>();
         if let Some(e) = &mut self.estimator {
             e.forget_last();
@@ -516,7 +564,7 @@ impl Drafter {
             ));
         }
         if self.config.method != Method::Pld && self.config.method != Method::Ar {
-            return Ok(self.draft_tree(root, step_capacity, last_topk));
+            return Ok(self.draft_tree(root, capacity, last_topk));
         }
         // pld and ar (the other methods returned above).
         let tree = match self.config.method {
@@ -546,7 +594,7 @@ impl Drafter {
         &mut self,
         root: TokenId,
         capacity: usize,
-        last_topk: Option<&[i64]>,
+        last_topk: Option<&[TokenId]>,
     ) -> &FlatTree {
         let k = self.breadth;
         let expected = self.config.tree == TreeKind::Expected;
@@ -559,12 +607,8 @@ impl Drafter {
             self.paths.freqs.clear();
         }
         let root_row = match (self.config.method, last_topk) {
-            (Method::LogitsLast, Some(rt)) => {
-                // At least k ids, all in the vocabulary (< 2^28): the casts are exact.
-                self.root_topk.clear();
-                self.root_topk.extend(rt[..k].iter().map(|&t| t as TokenId));
-                Some(&self.root_topk[..])
-            }
+            // At least k ids (checked): the first k replace the root's row.
+            (Method::LogitsLast, Some(rt)) => Some(&rt[..k]),
             _ => None,
         };
         if let Some(e) = self.estimator.as_mut() {
@@ -666,7 +710,7 @@ mod tests {
         let mut d = drafter(Method::Ar, 10, 64, 8);
         assert_eq!(d.draft(3, None).unwrap().tokens, vec![3]);
         assert!(d.draft(10, None).is_err());
-        assert!(d.draft(-1, None).is_err());
+        assert!(d.draft(u32::MAX, None).is_err());
         assert!(d.observe(&[1], &[1, 2, 3], [1, 3]).is_err()); // k' < k
         assert!(d.observe(&[1], &[1; 8], [1, 8]).is_ok());
         assert!(d.commit(&[1, 10]).is_err());

@@ -344,7 +344,7 @@ fn bucket_of(c: &Cand, link: i32, trie: &RetrievalTrie, depth: usize) -> usize {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Annotation {
     /// `(n,)` tokens of the tree.
-    pub tokens: Vec<i64>,
+    pub tokens: Vec<TokenId>,
     /// `(n,)` parents (-1 at the root).
     pub parents: Vec<i64>,
     /// `(n,)` depths.
@@ -568,18 +568,11 @@ fn annotate(
         let ui = u as usize;
         if u != last_parent {
             let row = if ui == 0 { root_row } else { None };
-            candidate_children(
-                flat.tokens[ui] as TokenId,
-                ann.links[ui],
-                trie,
-                table,
-                row,
-                cands,
-            );
+            candidate_children(flat.tokens[ui], ann.links[ui], trie, table, row, cands);
             last_parent = u;
         }
         let depth = flat.depths[i] as usize;
-        let token = flat.tokens[i] as TokenId;
+        let token = flat.tokens[i];
         let (bucket, link) = match cands.iter().find(|c| c.token == token) {
             Some(c) => (bucket_of(c, ann.links[ui], trie, depth), c.rc),
             None => (candidate_bucket(MAX_RANK as i32 - 1, 0, 0, depth), -1),
@@ -627,8 +620,8 @@ impl Scratch {
         &mut self,
         ann: &Annotation,
         trie: &RetrievalTrie,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
         table: Option<&CopyLogitTable>,
         est: &mut AcceptanceEstimates,
@@ -658,11 +651,11 @@ impl Scratch {
         for (row, &u) in self.rows.iter().enumerate() {
             if u != 0 {
                 let p = ann.parents[u] as usize;
-                if self.choice_at[p] < 0 || ann.tokens[u] != self.choice_at[p] {
+                if self.choice_at[p] < 0 || i64::from(ann.tokens[u]) != self.choice_at[p] {
                     continue; // not on the accepted path
                 }
             }
-            let choice = topk_ids[row * width];
+            let choice = i64::from(topk_ids[row * width]);
             self.choice_at[u] = choice;
             let depth = ann.depths[u] as usize + 1;
             let link = ann.links[u];
@@ -671,14 +664,7 @@ impl Scratch {
             } else {
                 None
             };
-            candidate_children(
-                ann.tokens[u] as TokenId,
-                link,
-                trie,
-                table,
-                root_row,
-                &mut self.cands,
-            );
+            candidate_children(ann.tokens[u], link, trie, table, root_row, &mut self.cands);
             for c in &self.cands {
                 est.record(
                     bucket_of(c, link, trie, depth),
@@ -784,8 +770,8 @@ impl Estimator {
     /// draft; call it before the table takes them. The last draft is learned from once.
     pub fn learn(
         &mut self,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
         table: Option<&CopyLogitTable>,
     ) {

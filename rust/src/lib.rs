@@ -61,7 +61,7 @@
 //! let tree = drafter.draft(7, None)?;
 //! assert_eq!(&tree.tokens[..4], &[7, 8, 1, 2]);
 //! assert_eq!(&tree.sources[1..4], &[SOURCE_BOTH, SOURCE_LOGITS, SOURCE_LOGITS]);
-//! let retrieved: Vec<i64> = (1..tree.len())
+//! let retrieved: Vec<u32> = (1..tree.len())
 //!     .filter(|&i| tree.sources[i] == SOURCE_RETRIEVAL)
 //!     .map(|i| tree.tokens[i])
 //!     .collect();
@@ -101,6 +101,14 @@ use error::{Error, Result};
 /// A plain `u32` (not a newtype), so that token streams are ordinary `&[u32]` slices; the
 /// alias says in a signature which `u32`s are tokens.
 pub type TokenId = u32;
+
+/// A token id as a caller may hold it before it is checked: a [`TokenId`], or the `i64`
+/// a Python int or a numpy array arrives as (possibly negative). The checks of
+/// [`copy_logit`] read either and name the offending value as it was given; the public
+/// API takes [`TokenId`]s (the PyO3 layer checks its `i64`s with the same functions).
+pub trait Id: Copy + Into<i64> {}
+impl Id for TokenId {}
+impl Id for i64 {}
 
 /// A node of a draft tree, by its index: in a [`draft_tree::TreeBuilder`] the slot in its
 /// arena (creation order), in a [`draft_tree::FlatTree`] the breadth-first position. The

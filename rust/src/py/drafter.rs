@@ -19,7 +19,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::{int_or_default, int_value, lock, refuse_copy, type_name};
 
-use crate::copy_logit::CopyLogitTable;
+use crate::copy_logit::{check_observe, CopyLogitTable};
 use crate::draft_tree::{check_tree_token, FlatTree, TreeBuilder};
 use crate::drafter::{Drafter, DrafterConfig, Method, TreeKind};
 use crate::error::Error;
@@ -159,7 +159,8 @@ fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple
     PyTuple::new(
         py,
         [
-            PyArray1::from_slice(py, &f.tokens).into_any(),
+            // int64, as the twin's DraftTree (token ids are u32 in the core).
+            PyArray1::from_iter(py, f.tokens.iter().map(|&t| i64::from(t))).into_any(),
             PyArray1::from_slice(py, &f.parents).into_any(),
             PyArray1::from_slice(py, &f.depths).into_any(),
             mask.to_pyarray(py).into_any(),
@@ -167,6 +168,12 @@ fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple
             PyArray1::from_slice(py, &f.sources).into_any(),
         ],
     )
+}
+
+/// Token ids the core's checks accepted (all in `[0, vocab_size)`), as [`TokenId`]s. The
+/// top-k columns past `k` are never read; their values may wrap.
+fn checked_ids(values: &[i64]) -> Vec<TokenId> {
+    values.iter().map(|&v| v as TokenId).collect()
 }
 
 /// `(token_ids, topk_ids)` of an observe call, converted and shape-checked for rank.
@@ -238,9 +245,18 @@ impl PyCopyLogitTable {
     fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self
-            .table()?
-            .observe(tokens.values(), topk.values(), shape)?)
+        let mut table = self.table()?;
+        // Checked once, on the values as Python gave them (negative ones included).
+        check_observe(
+            tokens.values(),
+            topk.values(),
+            shape,
+            table.vocab_size(),
+            table.k(),
+        )?;
+        let (tokens, topk) = (checked_ids(tokens.values()), checked_ids(topk.values()));
+        table.observe_trusted(&tokens, &topk, shape);
+        Ok(())
     }
 
     /// Row `token` as a list (empty if never seen or outside the vocabulary).
@@ -524,15 +540,21 @@ impl PyDrafter {
     fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self
-            .drafter()?
-            .observe(tokens.values(), topk.values(), shape)?)
+        let mut drafter = self.drafter()?;
+        // Checked once, on the values as Python gave them (negative ones included).
+        drafter.check_observe(tokens.values(), topk.values(), shape)?;
+        let (tokens, topk) = (checked_ids(tokens.values()), checked_ids(topk.values()));
+        drafter.observe_trusted(&tokens, &topk, shape);
+        Ok(())
     }
 
     /// Commit output tokens: `token_ids` (n,) ints.
     fn commit(&self, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = int_array(token_ids, "token_ids", 1)?;
-        Ok(self.drafter()?.commit(tokens.values())?)
+        let mut drafter = self.drafter()?;
+        drafter.check_commit(tokens.values())?;
+        drafter.commit_trusted(&checked_ids(tokens.values()));
+        Ok(())
     }
 
     /// Build this step's draft tree; returns the six `DraftTree` arrays as a tuple.
@@ -553,7 +575,10 @@ impl PyDrafter {
             .map(|rt| int_array(rt, "last_topk", 1))
             .transpose()?;
         let mut drafter = self.drafter()?;
-        let flat = drafter.draft_at(root, last_topk.as_ref().map(IntArg::values), capacity)?;
+        let last_topk = last_topk.as_ref().map(IntArg::values);
+        let (root, capacity) = drafter.check_draft(root, last_topk, capacity)?;
+        let last_topk = last_topk.map(checked_ids);
+        let flat = drafter.draft_trusted(root, last_topk.as_deref(), capacity)?;
         tree_to_py(py, flat)
     }
 
