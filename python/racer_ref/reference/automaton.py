@@ -23,7 +23,7 @@ Run ``python -m racer_ref.reference.automaton`` for a walkthrough that prints ea
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from racer_ref.reference.limits import (
     int_value,
 )
 from racer_ref.reference.lru import RecencyList
+from racer_ref.reference.undo import UndoLog, all_or_nothing
 
 #: Number of failure-link epochs; token ``t`` uses epoch ``t % EPOCH_SLOTS``.
 EPOCH_SLOTS = 1024
@@ -284,17 +285,7 @@ class Automaton(NoCopy):
         tokens = _read_tokens(tokens)
         self._check_intact()
         # Then apply, writing down how to undo each change before making it (Part 7).
-        undo: UndoLog = []
-        try:
-            # Set on the try's first line and cleared on its last, so that whatever line
-            # an interrupt hits, the `except` below sees it and undoes what was done.
-            self._torn = True
-            self._extend_logged(tokens, undo)
-            self._torn = False
-        except BaseException:
-            # BaseException: KeyboardInterrupt is not an Exception, and is the point here.
-            self._rollback(undo)
-            raise
+        all_or_nothing(self, lambda undo: self._extend_logged(tokens, undo))
 
     def _extend_logged(self, tokens: List[int], undo: "UndoLog") -> None:
         """Commit checked ``tokens``, logging in ``undo`` how to take every change back."""
@@ -672,27 +663,11 @@ class Automaton(NoCopy):
     # ==================================================================================
     # Part 7. All or nothing: an interrupted call changes nothing.
     #
-    # A Ctrl-C in a notebook raises KeyboardInterrupt between *any* two lines. If it
-    # lands half-way through a touch, the recency list is torn (a node with one link
-    # updated and not the other), and every later call would trip over it. So each
-    # public operation that changes the automaton works in two phases:
-    #
-    #   compute:  read and check all the input (this may raise; nothing has changed);
-    #   apply:    make the changes, but before each one append to an *undo log* how to
-    #             take it back (a function and its arguments; "write-ahead").
-    #
-    #     undo log:  [restore fields] [restore links of [a]] [old freq of [a b]] ...
-    #                 played last <----------------------------------- played first
-    #
-    # If the apply phase is interrupted anywhere, the `except` plays the log backwards
-    # and re-raises: every entry restores *old values*, so it is right whether its change
-    # was made, never made, or made half-way. The automaton is then exactly as before
-    # the call (the tests interrupt extend() at every line and compare with dump()).
-    #
-    # Only a second interrupt during that rollback can leave a mix. For that case the
-    # `_torn` flag is set while changes are in flight and cleared when they are complete
-    # or fully undone; a torn automaton refuses every call with a RuntimeError that says
-    # to call reset(), instead of silently losing nodes later.
+    # extend() logs the undo of every change before making it, and runs through
+    # ``undo.all_or_nothing``: interrupted anywhere (a Ctrl-C in a notebook), the log is
+    # played backwards and the automaton is exactly as before the call. A second
+    # interrupt during that rollback leaves it *torn*: every call then raises a
+    # RuntimeError naming reset(). The machinery, and why it works, is in ``undo``.
     #
     # Queries (retrieve, borders, dump) only fill the failure-link cache and count; a
     # cached link is valid or marked stale at every line, so they need no undo log.
@@ -705,15 +680,6 @@ class Automaton(NoCopy):
                 "Automaton: an earlier call was interrupted while it was being undone, so "
                 "the automaton is in an inconsistent state; call reset() to start afresh"
             )
-
-    def _rollback(self, undo: "UndoLog") -> None:
-        """Play ``undo`` backwards (newest change first), then clear the torn flag."""
-        # Interrupted here, the flag stays set: the next call asks for reset().
-        self._torn = True
-        while undo:
-            function, args = undo.pop()
-            function(*args)
-        self._torn = False
 
     # ==================================================================================
     # Part 8. A self-check of the internal structure, for the tests.
@@ -761,10 +727,6 @@ class Automaton(NoCopy):
         for node in [self._matching] + [w for w in self._windows if w is not None and w.alive]:
             if node is not self._root and node.parent.children.get(node.token) is not node:  # type: ignore[union-attr]
                 raise RuntimeError(f"windows: {node.path()} is not in the trie")
-
-
-#: An undo log: (function, arguments) pairs, played backwards by ``Automaton._rollback``.
-UndoLog = List[Tuple[Callable[..., Any], tuple]]
 
 
 def _set_freq(node: _Node, freq: int) -> None:

@@ -58,6 +58,7 @@ from racer_ref.reference.limits import (
     int_or_default,
     int_value,
 )
+from racer_ref.reference.undo import UndoLog, all_or_nothing
 from racer_ref.tree import METHODS, DraftTree
 
 #: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
@@ -272,33 +273,22 @@ class Drafter(NoCopy):
         check_token_ids("token_ids", tokens, self.vocab_size)
         tokens = tokens.tolist()
         self._check_intact()
-        # Apply, logging the undo of each change before making it.
-        undo: list = []
-        try:
-            # First line inside the try: an interrupt before it changed nothing, and one
-            # after it is caught below.
-            self._torn = True
-            if self.automaton is not None:
-                # The automaton logs its own changes into *our* log, and does not roll
-                # back by itself: one log, one rollback, for all three parts.
-                self.automaton._extend_logged(tokens, undo)
-            if self.method == "pld":
-                # Undo of an append: cut the history back to its old length.
-                undo.append((_truncate, (self.history, len(self.history))))
-                self.history.extend(tokens)
-            # Undo of the count: put the old value back.
-            undo.append((setattr, (self, "num_committed", self.num_committed)))
-            self.num_committed += len(tokens)
-            # Last line: all three parts are done.
-            self._torn = False
-        except BaseException:
-            # Interrupted here, the flag stays set and the next call asks for reset().
-            self._torn = True
-            while undo:
-                function, args = undo.pop()
-                function(*args)
-            self._torn = False
-            raise
+        # Apply, logging the undo of each change before making it (the undo module).
+        all_or_nothing(self, lambda undo: self._commit_logged(tokens, undo))
+
+    def _commit_logged(self, tokens: list, undo: UndoLog) -> None:
+        """Commit checked ``tokens`` to all three parts, logging how to take each back."""
+        if self.automaton is not None:
+            # The automaton logs its own changes into *our* log: one log, one rollback,
+            # for all three parts.
+            self.automaton._extend_logged(tokens, undo)
+        if self.method == "pld":
+            # Undo of an append: cut the history back to its old length.
+            undo.append((_truncate, (self.history, len(self.history))))
+            self.history.extend(tokens)
+        # Undo of the count: put the old value back.
+        undo.append((setattr, (self, "num_committed", self.num_committed)))
+        self.num_committed += len(tokens)
 
     def draft(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree for ``root`` (spec steps 2-4).
