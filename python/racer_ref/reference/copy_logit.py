@@ -120,6 +120,12 @@ class CopyLogitTable(NoCopy):
         # Steps 1-3: validate everything before we touch the table.
         tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.k)
         self._check_intact()
+        self.observe_trusted(tokens, kept)
+
+    def observe_trusted(self, tokens: np.ndarray, kept: np.ndarray) -> None:
+        """Steps 4-5 of ``observe`` for what ``check_observe`` returned (the Rust core's
+        ``observe_trusted``): ``(n,)`` ids and their ``(n, k)`` kept rows. The drafter,
+        which checked them at its own boundary, writes through here."""
         # Step 4: which row each token ends with. A dict keeps the *last* value written
         # for a key, so "the last occurrence wins" falls out (numpy's fancy assignment
         # with repeated indices would not promise an order; now there are none).

@@ -250,8 +250,8 @@ class Drafter(NoCopy):
             # before the table takes them (the candidates are those the draft saw).
             self.estimator.learn(tokens.tolist(), kept, self.table)
         if self.table is not None:
-            # One call, all-or-nothing on its own.
-            self.table.observe(tokens, kept)
+            # One call, all-or-nothing on its own (checked above: no checks again).
+            self.table.observe_trusted(tokens, kept)
 
     def commit(self, token_ids: Any) -> None:
         """Commit tokens that became output (spec step 9): automaton and PLD history.
