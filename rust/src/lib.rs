@@ -36,10 +36,18 @@
 //! * [`draft_tree`]: merging the retrieval and logits trees, and flattening;
 //! * [`chain`]: the best chain of a draft tree (for engines that verify chains only);
 //! * [`drafter`]: one drafter per method (racer, retrieval, logits, logits-last, pld, ar);
+//! * [`expected_tree`]: beyond the paper, the acceptance estimates and the tree with the
+//!   most expected accepted tokens, in an [`expected_tree::Estimator`] that a drafter
+//!   attaches only on request (the paper's step never runs it);
 //! * [`error`]: the one error type.
 //!
-//! Imports go one way: `drafter` uses everything; `draft_tree` uses `logits_tree`, which
-//! uses `copy_logit`; `automaton` uses `lru`. Nothing here knows of torch or Python unless
+//! The paper's defaults ([`DEFAULT_CAPACITY`], [`DEFAULT_BREADTH`], [`DEFAULT_NGRAM`],
+//! [`DEFAULT_MAX_NODES`], [`DEFAULT_MIN_BORDER_DEPTH`]), the limits and the capacity check
+//! live here, the error type in [`error`]: one home per rule. Public entry points check
+//! their arguments once; inside a step nothing is checked again.
+//!
+//! Imports go one way: `drafter` uses everything; `expected_tree` uses `draft_tree`;
+//! `draft_tree` uses `logits_tree`, which uses `copy_logit`; `automaton` uses `lru`. Nothing here knows of torch or Python unless
 //! the `python` feature is on; then the private `py` module holds only thin PyO3 wrappers
 //! (the `racer_ref._core` extension module) that convert arguments and call this core.
 //!
