@@ -17,9 +17,10 @@ p95s, the ratio of the medians, and whether all trees were identical; (C) the Ru
 the step's other two calls, observe and commit. The CPU may be shared: run it twice.
 
 Both draft trees are measured, one after the other (``--tree both``, the default): the
-expected tree (the default of ``racer_ref.Drafter``) and the paper's merge (``tree="paper"``).
-The estimates start from their priors here (no verify pass labels them), which does not
-change the cost of a step.
+expected tree (``tree="expected"``, with its acceptance estimates) and the paper's merge
+(``tree="paper"``, the default of ``racer_ref.Drafter``, which runs no estimates). The
+estimates start from their priors here (no verify pass labels them), which does not change
+the cost of a step.
 
 Targets (issues 3 and 18): Rust median under 50 us per step for each tree, Rust at least 30x
 faster than Python.

@@ -64,7 +64,7 @@ def fitted_replay(recs, vocab, capacity):
     fitted = []
     for rec in recs:
         d = Drafter("racer", vocab_size=vocab, capacity=capacity, breadth=8, tree="expected", backend="python")
-        d._impl.estimates = FittedEstimates(seen, accepted)  # the twin reads its estimates from here
+        d._impl.estimator.estimates = FittedEstimates(seen, accepted)  # the twin reads its estimates from here
         fitted += replay(rec, d)
     return online, fitted
 

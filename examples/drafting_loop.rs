@@ -179,7 +179,7 @@ fn verify(
     let mut accepted = Vec::new();
     let mut u = 0;
     while let Some(c) =
-        (u + 1..n).find(|&c| tree.parents[c] == u as i64 && tree.tokens[c] as TokenId == topk[u][0])
+        (u + 1..n).find(|&c| tree.parents[c] == u as i64 && tree.tokens[c] == topk[u][0])
     {
         accepted.push(c);
         u = c;
@@ -205,12 +205,8 @@ fn main() -> Result<()> {
     // the automaton the prompt's n-grams; the first root is the target's greedy choice.
     let mut out = prompt.clone();
     for i in 0..prompt.len() {
-        let ids: Vec<i64> = model
-            .topk(&prompt[..=i], K)
-            .iter()
-            .map(|&t| i64::from(t))
-            .collect();
-        table.observe(&[i64::from(prompt[i])], &ids, [1, K])?;
+        let ids = model.topk(&prompt[..=i], K);
+        table.observe(&[prompt[i]], &ids, [1, K])?;
     }
     automaton.extend(&prompt);
     let mut root = model.argmax(&prompt);
@@ -229,12 +225,11 @@ fn main() -> Result<()> {
         }
         // Step 7: commit the root and the accepted drafts (never past NEW_TOKENS).
         let mut block = vec![root];
-        block.extend(accepted.iter().map(|&c| tree.tokens[c] as TokenId));
+        block.extend(accepted.iter().map(|&c| tree.tokens[c]));
         block.truncate(prompt.len() + NEW_TOKENS - out.len());
         // Step 8: every verified node's top-k goes into the copy-logit table.
-        let node_ids: Vec<i64> = tree.tokens.clone();
-        let topk_ids: Vec<i64> = topk.iter().flatten().map(|&t| i64::from(t)).collect();
-        table.observe(&node_ids, &topk_ids, [tree.len(), K])?;
+        let topk_ids: Vec<TokenId> = topk.iter().flatten().copied().collect();
+        table.observe(&tree.tokens, &topk_ids, [tree.len(), K])?;
         // Step 9: the automaton learns the committed tokens.
         automaton.extend(&block);
         out.extend_from_slice(&block);

@@ -6,9 +6,15 @@ rust/src/expected_tree.rs (the core).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import racer_ref
 from racer_ref import Drafter
 from racer_ref.reference.copy_logit import CopyLogitTable
 from racer_ref.reference.expected_tree import (
@@ -22,6 +28,7 @@ from racer_ref.reference.expected_tree import (
 from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL
 
 BACKENDS = ("rust", "python")
+_PYTHON_DIR = str(Path(racer_ref.__file__).resolve().parents[1])  # the package's source root
 
 
 def small_example():
@@ -114,11 +121,15 @@ def test_drafter_settings_and_errors(backend):
     assert p.path_probs is None
 
 
-def _run_pair(method, tree, seed, cap=16, k=4, vocab=30, steps=50):
-    """Drive both backends through the same steps; every output must be identical."""
+def _run_pair(method, tree, seed, cap=16, k=4, vocab=30, steps=50, attach=True):
+    """Drive both backends through the same steps; every output must be identical.
+    ``attach``: attach the estimates to a paper drafter (tree="expected" always has them)."""
     rng = np.random.default_rng(seed)
     ds = [Drafter(method, vocab_size=vocab, capacity=cap, breadth=k, ngram=4, tree=tree, backend=b)
           for b in BACKENDS]
+    if attach:
+        for d in ds:
+            d.attach_estimator()
     text = rng.integers(0, 8, 400)
     rows = np.array([[(t + j) % vocab for j in range(k)] for t in text[1:31]])
     for d in ds:
@@ -145,7 +156,7 @@ def _run_pair(method, tree, seed, cap=16, k=4, vocab=30, steps=50):
             d.commit([root])
     sa, sb = [d.acceptance_stats() for d in ds]
     assert sa == sb
-    return sa["num_labels"]
+    return None if sa is None else sa["num_labels"]
 
 
 @pytest.mark.parametrize("tree", ["expected", "paper"])
@@ -153,6 +164,48 @@ def _run_pair(method, tree, seed, cap=16, k=4, vocab=30, steps=50):
 def test_rust_and_python_build_identical_trees_and_estimates(method, tree):
     labels = [_run_pair(method, tree, seed) for seed in range(3)]
     assert all(n > 0 for n in labels)
+
+
+@pytest.mark.parametrize("method", ["racer", "retrieval", "logits", "logits-last"])
+def test_the_paper_step_runs_no_estimates_and_drafts_the_same_trees(method):
+    # Without attach_estimator() the paper's drafter has no estimates, on both backends...
+    assert [_run_pair(method, "paper", seed, attach=False) for seed in range(3)] == [None] * 3
+    # ...and drafts exactly the trees it drafts with them (the estimates only annotate).
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        text = rng.integers(0, 8, 200)
+        rows = rng.integers(0, 30, (100, 4))
+        ds = [Drafter(method, vocab_size=30, capacity=12, breadth=4, ngram=4, backend=b)
+              for b in BACKENDS for _ in range(2)]
+        for d in ds[1::2]:
+            d.attach_estimator()
+        for d in ds:
+            d.commit(text[:100])
+            d.observe(text[:100], rows)
+        for root in range(8):
+            trees = [d.draft(root, rows[root]) for d in ds]
+            assert all(t.tokens.tolist() == trees[0].tokens.tolist() for t in trees)
+            assert all(t.sources.tolist() == trees[0].sources.tolist() for t in trees)
+            topk = rng.integers(0, 30, (len(trees[0]), 4))
+            for d in ds:
+                d.observe(trees[0].tokens, topk)
+
+
+def test_the_paper_step_does_not_import_the_estimates():
+    # A fresh interpreter: one paper draft on the twin must not load expected_tree.
+    code = (
+        "import sys\n"
+        "from racer_ref import Drafter\n"
+        "d = Drafter('racer', vocab_size=30, capacity=8, breadth=2, backend='python')\n"
+        "d.commit([1, 2, 3, 1, 2]); d.observe([2], [[3, 4]]); d.draft(2)\n"
+        "print('racer_ref.reference.expected_tree' in sys.modules)\n"
+        "d.attach_estimator(); d.draft(2)\n"
+        "print('racer_ref.reference.expected_tree' in sys.modules)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PYTHON_DIR, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_paper_tree_is_unchanged_by_the_estimates():

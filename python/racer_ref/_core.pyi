@@ -150,8 +150,12 @@ class Drafter:
     @property
     def expected_tokens(self) -> Optional[float]:
         """``E[a + 1]`` of the last draft, or None."""
-    def acceptance_stats(self) -> Dict[str, Any]:
-        """The acceptance estimates' counts and calibration record."""
+    def acceptance_stats(self) -> Optional[Dict[str, Any]]:
+        """The acceptance estimates' counts and calibration record; None when no
+        estimates are attached."""
+    def attach_estimator(self) -> None:
+        """Attach the acceptance estimates (``tree="expected"`` attaches them at
+        construction); the paper's step runs without them."""
     @property
     def vocab_size(self) -> int: ...
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from threading import get_ident
 from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
 
 import numpy as np
@@ -36,13 +37,16 @@ def _one_caller(method: _F) -> _F:
     """Run ``method`` only if no other thread is using the drafter; else refuse at once.
 
     The lock is an ``RLock`` taken with ``acquire(blocking=False)``: it is never waited
-    for, and the thread holding a ``claim()`` re-enters it freely (generate() calls draft,
-    observe and commit many times under one claim), while any other thread is refused
-    with ``DrafterInUseError``. Two C calls per method call: cheap on the fast path.
+    for, and any other thread is refused with ``DrafterInUseError``. Under a ``claim()``
+    (``generate()`` drafts, observes and commits many times under one claim) the claiming
+    thread already holds it: its calls skip it, so a decoding step takes no lock here (the
+    Rust core's own per-call lock is the only one).
     """
 
     @functools.wraps(method)
     def guarded(self: "Drafter", *args: Any, **kwargs: Any) -> Any:
+        if self._owner == get_ident():
+            return method(self, *args, **kwargs)
         lock = self._lock
         if not lock.acquire(False):
             raise self._in_use_error()
@@ -52,6 +56,13 @@ def _one_caller(method: _F) -> _F:
             lock.release()
 
     return guarded  # type: ignore[return-value]
+
+
+def _refuse_copy(class_name: str) -> Any:
+    # The twin's rule, one home: racer_ref.reference.limits.refuse_copy.
+    from racer_ref.reference.limits import refuse_copy
+
+    refuse_copy(class_name)
 
 
 class Drafter:
@@ -73,8 +84,10 @@ class Drafter:
     (retrieval first, then the logits tree by Eq. 3); ``"expected"`` keeps the ``capacity``
     candidates with the highest estimated path probability, from the union of the
     retrieval and logits candidates.
-    Both learn acceptance estimates from every verify pass (the ``observe()`` call about
-    the last draft) and give the last draft's ``path_probs`` and ``expected_tokens``.
+    ``"expected"`` learns acceptance estimates from every verify pass (the ``observe()``
+    call about the last draft) and gives the last draft's ``path_probs`` and
+    ``expected_tokens``; the paper's tree does so only after ``attach_estimator()`` (what
+    ``capacity="auto"`` calls), and otherwise neither runs nor loads the estimates.
 
     ``DraftTree.sources`` marks automaton and PLD nodes as retrieval, copy-logit nodes
     (``logits``, ``logits-last``) as logits, and nodes proposed by both trees of ``racer``
@@ -113,7 +126,20 @@ class Drafter:
     Give each thread its own drafter, or wait for the other call to return. The fixed
     settings (``method``, ``vocab_size``, ``capacity``, ``breadth``, ``ngram``,
     ``max_nodes``, ``backend``) and ``repr()`` can be read at any time.
+
+    Copies: a drafter holds one request's state and its in-use lock, so ``copy.copy``,
+    ``copy.deepcopy`` and ``pickle`` raise ``TypeError`` on both backends; build a new
+    ``Drafter`` with the same settings instead.
     """
+
+    def __copy__(self) -> Any:
+        _refuse_copy("Drafter")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        _refuse_copy("Drafter")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        _refuse_copy("Drafter")
 
     def __init__(self, *args: Any, backend: str = "rust", **kwargs: Any) -> None:
         if backend == "rust":
@@ -246,12 +272,28 @@ class Drafter:
         return self._impl.expected_tokens
 
     @_one_caller
-    def acceptance_stats(self) -> dict:
+    def acceptance_stats(self) -> Optional[dict]:
         """The learned acceptance estimates: integer ``seen`` / ``accepted`` counts per
         bucket, and the calibration record (``calibration_seen``, ``calibration_accepted``,
         ``calibration_predicted`` = sum of predictions, per bin of 0.1 of predicted
-        probability), ``num_labels``. Identical on both backends."""
-        return dict(self._impl.acceptance_stats())
+        probability), ``num_labels``; ``None`` when no estimates are attached (see
+        ``attach_estimator``). Identical on both backends."""
+        stats = self._impl.acceptance_stats()
+        return None if stats is None else dict(stats)
+
+    @_one_caller
+    def attach_estimator(self) -> None:
+        """Attach the acceptance estimates (beyond the paper;
+        docs/explanation/expected-tree.md): from now on every draft carries
+        ``path_probs`` / ``expected_tokens`` and every ``observe()`` about the last draft
+        is learned from. ``tree="expected"`` attaches them at construction; the capacity
+        controller of ``capacity="auto"`` calls this. Attaching twice keeps what was
+        learned.
+
+        Raises:
+            DrafterInUseError: another thread is using the drafter (see "Threads").
+        """
+        self._impl.attach_estimator()
 
     @property
     def num_committed(self) -> int:

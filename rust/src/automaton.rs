@@ -989,7 +989,12 @@ impl Automaton {
         // The borders are the trie nodes the root of the retrieval tree stands for: all
         // of them together are kept node 0, so their children are merged by token below.
         self.collect_borders(root, &mut sc.pool);
-        let root_freq = sc.pool.iter().map(|s| self.nodes[s.slot()].freq).max().unwrap_or(0);
+        let root_freq = sc
+            .pool
+            .iter()
+            .map(|s| self.nodes[s.slot()].freq)
+            .max()
+            .unwrap_or(0);
         sc.kept.push(Kept {
             token: root,
             depth: 0,

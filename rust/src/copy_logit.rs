@@ -10,7 +10,7 @@
 //! (rejected ones included, the paper's default) or only the accepted ones.
 
 use crate::error::{Error, Result};
-use crate::TokenId;
+use crate::{Id, TokenId};
 
 /// The largest table we agree to allocate: `vocab_size * k` entries (1 GiB of `u32`).
 /// Real vocabularies (<= 262,144) with k <= 1,024 stay well below it.
@@ -21,17 +21,22 @@ pub const MAX_TABLE_ENTRIES: usize = 1 << 28;
 ///
 /// ```
 /// use racer_ref::copy_logit::check_token_ids;
-/// assert!(check_token_ids("token_ids", &[0, 9], 10).is_ok());
-/// let e = check_token_ids("token_ids", &[0, 10], 10).unwrap_err();
+/// assert!(check_token_ids("token_ids", &[0u32, 9], 10).is_ok());
+/// let e = check_token_ids("token_ids", &[0u32, 10], 10).unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
 ///     "token_ids: token id 10 at index 1 is outside [0, vocab_size) = [0, 10)"
 /// );
 /// ```
-pub fn check_token_ids(arg: &'static str, ids: &[i64], vocab_size: usize) -> Result<()> {
+pub fn check_token_ids<T: Id>(arg: &'static str, ids: &[T], vocab_size: usize) -> Result<()> {
     // One pass, no allocation: `vocab_size` fits i64 because it is at most MAX_TABLE_ENTRIES.
     let hi = vocab_size as i64;
-    if let Some((i, &v)) = ids.iter().enumerate().find(|(_, &v)| v < 0 || v >= hi) {
+    if let Some((i, v)) = ids
+        .iter()
+        .map(|&v| v.into())
+        .enumerate()
+        .find(|&(_, v)| v < 0 || v >= hi)
+    {
         return Err(Error::value(
             arg,
             format!("token id {v} at index {i} is outside [0, vocab_size) = [0, {vocab_size})"),
@@ -44,10 +49,11 @@ pub fn check_token_ids(arg: &'static str, ids: &[i64], vocab_size: usize) -> Res
 ///
 /// ```
 /// use racer_ref::copy_logit::check_token_id;
-/// assert_eq!(check_token_id("root", 3, 10), Ok(3));
-/// assert!(check_token_id("root", -1, 10).is_err());
+/// assert_eq!(check_token_id("root", 3u32, 10), Ok(3));
+/// assert!(check_token_id("root", -1i64, 10).is_err()); // a Python int, say
 /// ```
-pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<TokenId> {
+pub fn check_token_id<T: Id>(arg: &'static str, id: T, vocab_size: usize) -> Result<TokenId> {
+    let id: i64 = id.into();
     if id < 0 || id >= vocab_size as i64 {
         return Err(Error::value(
             arg,
@@ -64,16 +70,16 @@ pub fn check_token_id(arg: &'static str, id: i64, vocab_size: usize) -> Result<T
 /// ```
 /// use racer_ref::copy_logit::check_observe;
 /// // Two tokens, top-3 ids each, for a table keeping k = 2.
-/// assert!(check_observe(&[1, 2], &[3, 4, 5, 6, 7, 8], [2, 3], 10, 2).is_ok());
-/// let e = check_observe(&[1], &[3], [1, 1], 10, 2).unwrap_err();
+/// assert!(check_observe(&[1u32, 2], &[3, 4, 5, 6, 7, 8], [2, 3], 10, 2).is_ok());
+/// let e = check_observe(&[1u32], &[3], [1, 1], 10, 2).unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
 ///     "topk_ids: expected shape (n, k') with n = len(token_ids) = 1 and k' >= k = 2, got (1, 1)"
 /// );
 /// ```
-pub fn check_observe(
-    token_ids: &[i64],
-    topk_ids: &[i64],
+pub fn check_observe<T: Id>(
+    token_ids: &[T],
+    topk_ids: &[T],
     topk_shape: [usize; 2],
     vocab_size: usize,
     k: usize,
@@ -103,7 +109,7 @@ pub fn check_observe(
     let hi = vocab_size as i64;
     for i in 0..n {
         for j in 0..k {
-            let v = topk_ids[i * cols + j];
+            let v: i64 = topk_ids[i * cols + j].into();
             if v < 0 || v >= hi {
                 return Err(Error::value(
                     "topk_ids",
@@ -285,25 +291,33 @@ impl CopyLogitTable {
     /// ```
     pub fn observe(
         &mut self,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
     ) -> Result<()> {
         check_observe(token_ids, topk_ids, topk_shape, self.vocab_size, self.k)?;
+        self.observe_trusted(token_ids, topk_ids, topk_shape);
+        Ok(())
+    }
+
+    /// [`CopyLogitTable::observe`] for arguments the caller checked with
+    /// [`check_observe`] (a drafter, the PyO3 layer).
+    pub(crate) fn observe_trusted(
+        &mut self,
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
+        topk_shape: [usize; 2],
+    ) {
         let cols = topk_shape[1];
-        // All valid: write. Later rows overwrite earlier ones for a repeated token.
-        // (Validated: 0 <= t < vocab_size <= 2^28, so the casts below are exact.)
+        // Later rows overwrite earlier ones for a repeated token (0 <= t < vocab_size).
         for (i, &t) in token_ids.iter().enumerate() {
             let v = t as usize;
             let src = &topk_ids[i * cols..i * cols + self.k];
             let dst = &mut self.ids[v * self.k..(v + 1) * self.k];
             // A row written for the first time: one more seen row (a rewrite is not).
             self.num_seen += usize::from(dst[0] == EMPTY);
-            for (d, &s) in dst.iter_mut().zip(src) {
-                *d = s as u32;
-            }
+            dst.copy_from_slice(src);
         }
-        Ok(())
     }
 
     /// Forget every row (all rows empty again).
@@ -372,12 +386,12 @@ mod tests {
         // id out of range in the last row: nothing written, not even the first row
         let e = t.observe(&[7, 1], &[5, 6, 5, 10], [2, 2]).unwrap_err();
         assert!(e.to_string().contains("[1, 1]"), "{e}");
-        assert!(t.observe(&[-1], &[5, 6], [1, 2]).is_err());
+        assert!(t.observe(&[u32::MAX], &[5, 6], [1, 2]).is_err());
         assert!(t.observe(&[10], &[5, 6], [1, 2]).is_err());
         assert_eq!(t.row(1), &[2, 3]);
         assert!(t.row(7).is_empty());
         // ignored columns past k may hold anything
-        t.observe(&[3], &[4, 5, -99], [1, 3]).unwrap();
+        t.observe(&[3], &[4, 5, u32::MAX], [1, 3]).unwrap();
         assert_eq!(t.row(3), &[4, 5]);
     }
 

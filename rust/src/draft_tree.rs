@@ -139,7 +139,7 @@ pub enum Insert {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlatTree {
     /// `(n,)` token ids, `tokens[0]` is the root.
-    pub tokens: Vec<i64>,
+    pub tokens: Vec<TokenId>,
     /// `(n,)` parent index, -1 at the root, `parents[i] < i` otherwise.
     pub parents: Vec<i64>,
     /// `(n,)` depth below the root (position id = tokens in the KV cache + depth).
@@ -492,7 +492,7 @@ impl TreeBuilder {
         f.sources.clear();
         for &u in order.iter() {
             let node = &nodes[u as usize];
-            f.tokens.push(node.token as i64);
+            f.tokens.push(node.token);
             f.parents.push(if node.parent == NONE {
                 -1
             } else {
@@ -577,8 +577,7 @@ mod tests {
     fn table(vocab: usize, k: usize, rows: &[(u32, &[u32])]) -> CopyLogitTable {
         let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
         for (tok, row) in rows {
-            let ids: Vec<i64> = row.iter().map(|&v| v as i64).collect();
-            t.observe(&[*tok as i64], &ids, [1, row.len()]).unwrap();
+            t.observe(&[*tok], row, [1, row.len()]).unwrap();
         }
         t
     }
@@ -636,13 +635,13 @@ mod tests {
     fn distinct_table(k: usize, depth: usize) -> (CopyLogitTable, u32) {
         let vocab = 1 + (0..depth).map(|d| k.pow(d as u32 + 1)).sum::<usize>();
         let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
-        let mut next = 1i64;
-        let mut frontier = vec![0i64];
+        let mut next = 1u32;
+        let mut frontier = vec![0u32];
         for _ in 0..depth {
             let mut nf = vec![];
             for &v in &frontier {
-                let row: Vec<i64> = (next..next + k as i64).collect();
-                next += k as i64;
+                let row: Vec<u32> = (next..next + k as u32).collect();
+                next += k as u32;
                 t.observe(&[v], &row, [1, k]).unwrap();
                 nf.extend(row);
             }
@@ -745,8 +744,8 @@ mod tests {
             let k = 1 + rnd(vocab.min(4) as u64) as usize;
             let mut t = CopyLogitTable::new(vocab as i64, k as i64).unwrap();
             for _ in 0..rnd(2 * vocab as u64) {
-                let row: Vec<i64> = (0..k).map(|_| rnd(vocab as u64) as i64).collect();
-                t.observe(&[rnd(vocab as u64) as i64], &row, [1, k])
+                let row: Vec<u32> = (0..k).map(|_| rnd(vocab as u64) as u32).collect();
+                t.observe(&[rnd(vocab as u64) as u32], &row, [1, k])
                     .unwrap();
             }
             let root = rnd(vocab as u64) as u32;

@@ -37,8 +37,11 @@ use crate::automaton::{Automaton, Paths};
 use crate::copy_logit::{check_observe, check_token_id, check_token_ids, CopyLogitTable};
 use crate::draft_tree::{check_capacity, FlatTree, TreeBuilder};
 use crate::error::{Error, Result};
-use crate::expected_tree::{AcceptanceEstimates, Annotation, ExpectedTree, RetrievalTrie, Scratch};
-use crate::TokenId;
+use crate::expected_tree::Estimator;
+use crate::{
+    Id, TokenId, DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH,
+    DEFAULT_NGRAM,
+};
 
 /// How a drafter fills its capacity (methods `racer`, `retrieval`, `logits`,
 /// `logits-last`; `pld` and `ar` draft the same either way).
@@ -238,11 +241,11 @@ impl DrafterConfig {
         DrafterConfig {
             method,
             vocab_size,
-            capacity: 64,
-            breadth: 8,
-            ngram: 10,
-            max_nodes: 10_000,
-            min_border_depth: 2,
+            capacity: DEFAULT_CAPACITY as i64,
+            breadth: DEFAULT_BREADTH as i64,
+            ngram: DEFAULT_NGRAM as i64,
+            max_nodes: DEFAULT_MAX_NODES as i64,
+            min_border_depth: DEFAULT_MIN_BORDER_DEPTH as i64,
             tree: TreeKind::Paper,
         }
     }
@@ -277,16 +280,10 @@ pub struct Drafter {
     // Scratch, reused every step: the automaton's paths, `last_topk` as token ids, the
     // PLD chain.
     paths: Paths,
-    root_topk: Vec<TokenId>,
     chain: Vec<TokenId>,
-    // Acceptance estimates (beyond the paper) and the last draft's annotation, kept until
-    // the observe call about it.
-    estimates: AcceptanceEstimates,
-    trie: RetrievalTrie,
-    expected: ExpectedTree,
-    annotation: Annotation,
-    has_last: bool,
-    scratch: Scratch,
+    // Beyond the paper: the acceptance estimates, attached by `TreeKind::Expected` and
+    // `capacity="auto"` only (`attach_estimator`); `None` on the paper's step.
+    estimator: Option<Box<Estimator>>,
 }
 
 impl Drafter {
@@ -320,6 +317,7 @@ impl Drafter {
         };
         let automaton = Automaton::new(config.max_nodes, config.ngram, config.min_border_depth)?;
         let automaton = config.method.uses_automaton().then_some(automaton);
+        let estimator = (config.tree == TreeKind::Expected).then(Box::default);
         Ok(Drafter {
             config,
             vocab_size,
@@ -331,14 +329,8 @@ impl Drafter {
             num_committed: 0,
             builder: TreeBuilder::new(),
             paths: Paths::default(),
-            root_topk: Vec::new(),
             chain: Vec::new(),
-            estimates: AcceptanceEstimates::new(),
-            trie: RetrievalTrie::default(),
-            expected: ExpectedTree::default(),
-            annotation: Annotation::default(),
-            has_last: false,
-            scratch: Scratch::default(),
+            estimator,
         })
     }
 
@@ -362,15 +354,21 @@ impl Drafter {
         self.num_committed
     }
 
-    /// The acceptance estimates learned so far.
-    pub fn estimates(&self) -> &AcceptanceEstimates {
-        &self.estimates
+    /// The acceptance estimates and the last draft's annotation, if attached (beyond the
+    /// paper; see [`Drafter::attach_estimator`]).
+    pub fn estimator(&self) -> Option<&Estimator> {
+        self.estimator.as_deref()
     }
 
-    /// The last draft's annotation (path probabilities...), until the `observe` call
-    /// about it; `None` after it, after a reset, and for `pld` and `ar`.
-    pub fn last_annotation(&self) -> Option<&Annotation> {
-        self.has_last.then_some(&self.annotation)
+    /// Attach the acceptance estimates (beyond the paper): from now on every draft is
+    /// annotated with path probabilities and every `observe` about the last draft is
+    /// learned from. [`TreeKind::Expected`] attaches them in [`Drafter::new`]; the
+    /// capacity controller of `capacity="auto"` calls this. Attaching twice keeps what was
+    /// learned. `pld` and `ar` draft without estimates either way.
+    pub fn attach_estimator(&mut self) {
+        if self.estimator.is_none() {
+            self.estimator = Some(Box::default());
+        }
     }
 
     /// Copy-logit update (step 8): `table[token_ids[i]] = topk_ids[i, :k]`.
@@ -391,34 +389,47 @@ impl Drafter {
     /// ```
     pub fn observe(
         &mut self,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
     ) -> Result<()> {
         // Same checks for every method, before anything changes.
+        self.check_observe(token_ids, topk_ids, topk_shape)?;
+        self.observe_trusted(token_ids, topk_ids, topk_shape);
+        Ok(())
+    }
+
+    /// The checks of [`Drafter::observe`], for ids as the caller holds them (the PyO3
+    /// layer checks the `i64`s of a numpy array here, then converts them).
+    pub(crate) fn check_observe<T: Id>(
+        &self,
+        token_ids: &[T],
+        topk_ids: &[T],
+        topk_shape: [usize; 2],
+    ) -> Result<()> {
         check_observe(
             token_ids,
             topk_ids,
             topk_shape,
             self.vocab_size,
             self.breadth,
-        )?;
+        )
+    }
+
+    /// [`Drafter::observe`] for checked arguments.
+    pub(crate) fn observe_trusted(
+        &mut self,
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
+        topk_shape: [usize; 2],
+    ) {
         // Beyond the paper: rows about the last draft become labelled samples (before the
-        // table takes the new rows). The last draft is learned from once.
-        if std::mem::take(&mut self.has_last) {
-            self.scratch.learn(
-                &self.annotation,
-                &self.trie,
-                token_ids,
-                topk_ids,
-                topk_shape,
-                self.table.as_ref(),
-                &mut self.estimates,
-            );
+        // table takes the new rows).
+        if let Some(e) = &mut self.estimator {
+            e.learn(token_ids, topk_ids, topk_shape, self.table.as_ref());
         }
-        match &mut self.table {
-            Some(t) => t.observe(token_ids, topk_ids, topk_shape),
-            None => Ok(()),
+        if let Some(t) = &mut self.table {
+            t.observe_trusted(token_ids, topk_ids, topk_shape);
         }
     }
 
@@ -434,18 +445,26 @@ impl Drafter {
     /// assert_eq!(d.num_committed(), 3);
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
-    pub fn commit(&mut self, token_ids: &[i64]) -> Result<()> {
-        check_token_ids("token_ids", token_ids, self.vocab_size)?;
+    pub fn commit(&mut self, token_ids: &[TokenId]) -> Result<()> {
+        self.check_commit(token_ids)?;
+        self.commit_trusted(token_ids);
+        Ok(())
+    }
+
+    /// The check of [`Drafter::commit`], for ids as the caller holds them.
+    pub(crate) fn check_commit<T: Id>(&self, token_ids: &[T]) -> Result<()> {
+        check_token_ids("token_ids", token_ids, self.vocab_size)
+    }
+
+    /// [`Drafter::commit`] for ids the caller checked (all in `[0, vocab_size)`).
+    pub(crate) fn commit_trusted(&mut self, token_ids: &[TokenId]) {
         if let Some(a) = &mut self.automaton {
-            // Ids are < vocab_size <= 2^28, so the cast is exact.
-            let tokens: Vec<u32> = token_ids.iter().map(|&t| t as u32).collect();
-            a.extend(&tokens);
+            a.extend(token_ids);
         }
         if self.config.method == Method::Pld {
-            self.history.extend(token_ids.iter().map(|&t| t as u32));
+            self.history.extend_from_slice(token_ids);
         }
         self.num_committed += token_ids.len();
-        Ok(())
     }
 
     /// Build this step's draft tree for `root` (steps 2-4).
@@ -467,7 +486,7 @@ impl Drafter {
     /// assert!(d.draft(5, None).is_err()); // logits-last needs last_topk
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
-    pub fn draft(&mut self, root: i64, last_topk: Option<&[i64]>) -> Result<&FlatTree> {
+    pub fn draft(&mut self, root: TokenId, last_topk: Option<&[TokenId]>) -> Result<&FlatTree> {
         self.draft_at(root, last_topk, None)
     }
 
@@ -484,16 +503,28 @@ impl Drafter {
     /// let mut d = Drafter::new(config)?;
     /// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
     /// assert_eq!(d.draft_at(2, None, Some(2))?.tokens, vec![2, 3]);
-    /// let e = d.last_annotation().unwrap().expected_tokens();
+    /// let e = d.estimator().unwrap().last_annotation().unwrap().expected_tokens();
     /// assert_eq!(e, 1.5); // the prior of rank 0: 1 / 2
     /// # Ok::<(), racer_ref::error::Error>(())
     /// ```
     pub fn draft_at(
         &mut self,
-        root: i64,
-        last_topk: Option<&[i64]>,
+        root: TokenId,
+        last_topk: Option<&[TokenId]>,
         capacity: Option<i64>,
     ) -> Result<&FlatTree> {
+        let (root, capacity) = self.check_draft(root, last_topk, capacity)?;
+        self.draft_trusted(root, last_topk, capacity)
+    }
+
+    /// The checks of [`Drafter::draft_at`] (all but the one `draft_trusted` makes), for
+    /// ids as the caller holds them; returns the root and this step's capacity.
+    pub(crate) fn check_draft<T: Id>(
+        &self,
+        root: T,
+        last_topk: Option<&[T]>,
+        capacity: Option<i64>,
+    ) -> Result<(TokenId, usize)> {
         let vocab = self.vocab_size;
         let root = check_token_id("root", root, vocab)?;
         let step_capacity = match capacity {
@@ -510,11 +541,22 @@ impl Drafter {
             }
             check_token_ids("last_topk", rt, vocab)?;
         }
-        // Everything is valid from here on: the capacity was checked in `new`, the ids
-        // just now, and the automaton's paths start with the root by construction.
-        let capacity = step_capacity;
+        Ok((root, step_capacity))
+    }
+
+    /// [`Drafter::draft_at`] for arguments checked by [`Drafter::check_draft`]. Errors:
+    /// `last_topk` missing for `logits-last` (the last draft is forgotten first, as in
+    /// the twin).
+    pub(crate) fn draft_trusted(
+        &mut self,
+        root: TokenId,
+        last_topk: Option<&[TokenId]>,
+        capacity: usize,
+    ) -> Result<&FlatTree> {
         let no_paths = std::iter::empty::<&[TokenId]>();
-        self.has_last = false;
+        if let Some(e) = &mut self.estimator {
+            e.forget_last();
+        }
         if self.config.method == Method::LogitsLast && last_topk.is_none() {
             return Err(Error::value(
                 "last_topk",
@@ -522,7 +564,7 @@ impl Drafter {
             ));
         }
         if self.config.method != Method::Pld && self.config.method != Method::Ar {
-            return Ok(self.draft_estimated(root, step_capacity, last_topk));
+            return Ok(self.draft_tree(root, capacity, last_topk));
         }
         // pld and ar (the other methods returned above).
         let tree = match self.config.method {
@@ -545,14 +587,14 @@ impl Drafter {
         Ok(tree)
     }
 
-    /// The methods with acceptance estimates (racer, retrieval, logits, logits-last):
-    /// the retrieval trie with frequencies, then the expected tree or the paper's merge
-    /// (annotated with the same estimates). Arguments already checked.
-    fn draft_estimated(
+    /// The tree methods (racer, retrieval, logits, logits-last): the retrieval paths, then
+    /// the paper's merge (steps 2-4), or the estimator's tree when one is attached.
+    /// Arguments already checked.
+    fn draft_tree(
         &mut self,
         root: TokenId,
         capacity: usize,
-        last_topk: Option<&[i64]>,
+        last_topk: Option<&[TokenId]>,
     ) -> &FlatTree {
         let k = self.breadth;
         let expected = self.config.tree == TreeKind::Expected;
@@ -564,45 +606,31 @@ impl Drafter {
             self.paths.starts.clear();
             self.paths.freqs.clear();
         }
-        self.trie.rebuild(root, &self.paths.tokens, &self.paths.starts, &self.paths.freqs);
         let root_row = match (self.config.method, last_topk) {
-            (Method::LogitsLast, Some(rt)) => {
-                // At least k ids, all in the vocabulary (< 2^28): the casts are exact.
-                self.root_topk.clear();
-                self.root_topk.extend(rt[..k].iter().map(|&t| t as TokenId));
-                Some(&self.root_topk[..])
-            }
+            // At least k ids (checked): the first k replace the root's row.
+            (Method::LogitsLast, Some(rt)) => Some(&rt[..k]),
             _ => None,
         };
-        self.has_last = true;
-        if expected {
-            return self.expected.build(
+        if let Some(e) = self.estimator.as_mut() {
+            // Beyond the paper: the estimated tree, or the paper's annotated.
+            return e.draft(
                 &mut self.builder,
                 root,
                 capacity,
-                &self.trie,
+                &self.paths,
                 self.table.as_ref(),
                 root_row,
-                &self.estimates,
-                &mut self.annotation,
+                expected,
             );
         }
-        let flat = self.builder.build_trusted(
+        // The paper's merge: retrieval first, then the logits tree fills the rest.
+        self.builder.build_trusted(
             root,
             capacity,
             self.paths.iter(),
             self.table.as_ref(),
             root_row,
-        );
-        self.scratch.annotate(
-            flat,
-            &self.trie,
-            self.table.as_ref(),
-            root_row,
-            &self.estimates,
-            &mut self.annotation,
-        );
-        flat
+        )
     }
 
     /// Forget everything: automaton, copy-logit table, history.
@@ -624,8 +652,9 @@ impl Drafter {
         }
         self.history.clear();
         self.num_committed = 0;
-        self.estimates.reset();
-        self.has_last = false;
+        if let Some(e) = &mut self.estimator {
+            e.reset();
+        }
     }
 }
 
@@ -681,7 +710,7 @@ mod tests {
         let mut d = drafter(Method::Ar, 10, 64, 8);
         assert_eq!(d.draft(3, None).unwrap().tokens, vec![3]);
         assert!(d.draft(10, None).is_err());
-        assert!(d.draft(-1, None).is_err());
+        assert!(d.draft(u32::MAX, None).is_err());
         assert!(d.observe(&[1], &[1, 2, 3], [1, 3]).is_err()); // k' < k
         assert!(d.observe(&[1], &[1; 8], [1, 8]).is_ok());
         assert!(d.commit(&[1, 10]).is_err());

@@ -15,8 +15,8 @@
 //!
 //! Labels: after a verify pass, every candidate child of every verified node is a sample,
 //! `label = (token == the target's top-1 at the parent)`. A [`crate::drafter::Drafter`]
-//! keeps the [`Annotation`] of its last tree and learns from the `observe` call about it
-//! ([`learn`]).
+//! with an [`Estimator`] attached keeps the [`Annotation`] of its last tree and learns
+//! from the `observe` call about it ([`Estimator::learn`]). The paper's step attaches none.
 //!
 //! Both twins use the same buckets, priors, candidate order, tie-breaking (the candidate
 //! offered first wins) and float operations in the same order, so trees, estimates and
@@ -43,6 +43,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use crate::automaton::Paths;
 use crate::copy_logit::CopyLogitTable;
 use crate::draft_tree::{FlatTree, Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
 use crate::{NodeId, TokenId};
@@ -117,7 +118,10 @@ pub fn candidate_bucket(rank: i32, freq: u64, parent_freq: u64, depth: usize) ->
 #[inline]
 pub fn bucket_prior(bucket: usize) -> (u64, u64) {
     if bucket >= BOTH_OFFSET {
-        let (rank, level) = ((bucket - BOTH_OFFSET) / RATIO_LEVELS, (bucket - BOTH_OFFSET) % RATIO_LEVELS);
+        let (rank, level) = (
+            (bucket - BOTH_OFFSET) / RATIO_LEVELS,
+            (bucket - BOTH_OFFSET) % RATIO_LEVELS,
+        );
         (level as u64 + 2, rank as u64 + 6)
     } else if bucket >= RETRIEVAL_OFFSET {
         (((bucket - RETRIEVAL_OFFSET) / SUPPORT_LEVELS) as u64 + 1, 5)
@@ -240,7 +244,13 @@ impl RetrievalTrie {
                     Some(c) => c,
                     None => {
                         let c = self.push(tokens[i], freqs[i]);
-                        append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, node, c);
+                        append_child(
+                            &mut self.first_child,
+                            &mut self.last_child,
+                            &mut self.next_sibling,
+                            node,
+                            c,
+                        );
                         c
                     }
                 };
@@ -334,7 +344,7 @@ fn bucket_of(c: &Cand, link: i32, trie: &RetrievalTrie, depth: usize) -> usize {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Annotation {
     /// `(n,)` tokens of the tree.
-    pub tokens: Vec<i64>,
+    pub tokens: Vec<TokenId>,
     /// `(n,)` parents (-1 at the root).
     pub parents: Vec<i64>,
     /// `(n,)` depths.
@@ -465,7 +475,13 @@ impl ExpectedTree {
             };
             let depth = self.depth[o.parent as usize] + 1;
             self.new_node(depth, o.cand.rc, o.p, o.q);
-            append_child(&mut self.first_child, &mut self.last_child, &mut self.next_sibling, o.parent, node);
+            append_child(
+                &mut self.first_child,
+                &mut self.last_child,
+                &mut self.next_sibling,
+                o.parent,
+                node,
+            );
             if !builder.is_full() {
                 self.offer_children(node, o.cand.token, trie, table, root_row, est, &mut seq);
             }
@@ -552,11 +568,11 @@ fn annotate(
         let ui = u as usize;
         if u != last_parent {
             let row = if ui == 0 { root_row } else { None };
-            candidate_children(flat.tokens[ui] as TokenId, ann.links[ui], trie, table, row, cands);
+            candidate_children(flat.tokens[ui], ann.links[ui], trie, table, row, cands);
             last_parent = u;
         }
         let depth = flat.depths[i] as usize;
-        let token = flat.tokens[i] as TokenId;
+        let token = flat.tokens[i];
         let (bucket, link) = match cands.iter().find(|c| c.token == token) {
             Some(c) => (bucket_of(c, ann.links[ui], trie, depth), c.rc),
             None => (candidate_bucket(MAX_RANK as i32 - 1, 0, 0, depth), -1),
@@ -568,7 +584,8 @@ fn annotate(
     }
 }
 
-/// Scratch of [`annotate`] and [`learn`] (candidate lists), opaque outside this module.
+/// Scratch of [`Scratch::annotate`] and [`Scratch::learn`] (candidate lists), opaque
+/// outside this module.
 #[derive(Debug, Clone, Default)]
 pub struct Scratch {
     cands: Vec<Cand>,
@@ -577,7 +594,8 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// [`annotate`] with this scratch.
+    /// Annotate the flattened tree `flat` with the estimates: each node's trie link,
+    /// conditional estimate and path probability, into `ann` (see the twin's `annotate`).
     pub fn annotate(
         &mut self,
         flat: &FlatTree,
@@ -602,8 +620,8 @@ impl Scratch {
         &mut self,
         ann: &Annotation,
         trie: &RetrievalTrie,
-        token_ids: &[i64],
-        topk_ids: &[i64],
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
         topk_shape: [usize; 2],
         table: Option<&CopyLogitTable>,
         est: &mut AcceptanceEstimates,
@@ -633,22 +651,147 @@ impl Scratch {
         for (row, &u) in self.rows.iter().enumerate() {
             if u != 0 {
                 let p = ann.parents[u] as usize;
-                if self.choice_at[p] < 0 || ann.tokens[u] != self.choice_at[p] {
+                if self.choice_at[p] < 0 || i64::from(ann.tokens[u]) != self.choice_at[p] {
                     continue; // not on the accepted path
                 }
             }
-            let choice = topk_ids[row * width];
+            let choice = i64::from(topk_ids[row * width]);
             self.choice_at[u] = choice;
             let depth = ann.depths[u] as usize + 1;
             let link = ann.links[u];
-            let root_row = if u == 0 { ann.root_row.as_deref() } else { None };
-            candidate_children(ann.tokens[u] as TokenId, link, trie, table, root_row, &mut self.cands);
+            let root_row = if u == 0 {
+                ann.root_row.as_deref()
+            } else {
+                None
+            };
+            candidate_children(ann.tokens[u], link, trie, table, root_row, &mut self.cands);
             for c in &self.cands {
-                est.record(bucket_of(c, link, trie, depth), i64::from(c.token) == choice);
+                est.record(
+                    bucket_of(c, link, trie, depth),
+                    i64::from(c.token) == choice,
+                );
                 count += 1;
             }
         }
         count
+    }
+}
+
+/// A drafter's acceptance estimates and its last draft's annotation (the twin's
+/// `Estimator`): what [`crate::drafter::TreeKind::Expected`] and `capacity="auto"` attach
+/// to a drafter ([`crate::drafter::Drafter::attach_estimator`]). The paper's step never
+/// runs it.
+///
+/// ```
+/// use racer_ref::drafter::{Drafter, DrafterConfig, Method};
+/// let mut d = Drafter::new(DrafterConfig { capacity: 8, ..DrafterConfig::new(Method::Logits, 20) })?;
+/// d.observe(&[2], &[3, 9, 1, 1, 1, 1, 1, 1], [1, 8])?;
+/// d.draft(2, None)?;
+/// assert!(d.estimator().is_none()); // the paper's step: no estimates
+/// d.attach_estimator();
+/// d.draft(2, None)?;
+/// assert!(d.estimator().unwrap().last_annotation().is_some());
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct Estimator {
+    estimates: AcceptanceEstimates,
+    trie: RetrievalTrie,
+    expected: ExpectedTree,
+    annotation: Annotation,
+    has_last: bool,
+    scratch: Scratch,
+}
+
+impl Estimator {
+    /// Nothing learned yet, no last draft.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The acceptance estimates learned so far.
+    pub fn estimates(&self) -> &AcceptanceEstimates {
+        &self.estimates
+    }
+
+    /// The last draft's annotation (path probabilities...), until the `observe` call
+    /// about it; `None` after it, after a reset, and after a `pld` or `ar` draft.
+    pub fn last_annotation(&self) -> Option<&Annotation> {
+        self.has_last.then_some(&self.annotation)
+    }
+
+    /// Forget the last draft (a draft without estimates, or a failed one, follows).
+    pub fn forget_last(&mut self) {
+        self.has_last = false;
+    }
+
+    /// This step's tree into `builder` (arguments checked by the drafter): with `expected`
+    /// the `capacity` nodes of highest path probability from the union of `paths` and the
+    /// logits candidates, else the paper's merge; either way annotated for [`Self::learn`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn draft<'b>(
+        &mut self,
+        builder: &'b mut TreeBuilder,
+        root: TokenId,
+        capacity: usize,
+        paths: &Paths,
+        table: Option<&CopyLogitTable>,
+        root_row: Option<&[TokenId]>,
+        expected: bool,
+    ) -> &'b FlatTree {
+        self.trie
+            .rebuild(root, &paths.tokens, &paths.starts, &paths.freqs);
+        self.has_last = true;
+        if expected {
+            return self.expected.build(
+                builder,
+                root,
+                capacity,
+                &self.trie,
+                table,
+                root_row,
+                &self.estimates,
+                &mut self.annotation,
+            );
+        }
+        let flat = builder.build_trusted(root, capacity, paths.iter(), table, root_row);
+        self.scratch.annotate(
+            flat,
+            &self.trie,
+            table,
+            root_row,
+            &self.estimates,
+            &mut self.annotation,
+        );
+        flat
+    }
+
+    /// Learn from the rows of one `observe` call (validated) if they are about the last
+    /// draft; call it before the table takes them. The last draft is learned from once.
+    pub fn learn(
+        &mut self,
+        token_ids: &[TokenId],
+        topk_ids: &[TokenId],
+        topk_shape: [usize; 2],
+        table: Option<&CopyLogitTable>,
+    ) {
+        if std::mem::take(&mut self.has_last) {
+            self.scratch.learn(
+                &self.annotation,
+                &self.trie,
+                token_ids,
+                topk_ids,
+                topk_shape,
+                table,
+                &mut self.estimates,
+            );
+        }
+    }
+
+    /// Forget what was learned and the last draft.
+    pub fn reset(&mut self) {
+        self.estimates.reset();
+        self.has_last = false;
     }
 }
 
@@ -658,7 +801,7 @@ mod tests {
 
     #[test]
     fn buckets_stay_in_range_and_priors_inside_0_1() {
-        let mut seen = vec![false; NUM_BUCKETS];
+        let mut seen = [false; NUM_BUCKETS];
         for rank in -1..10 {
             let pairs = (1..12u64).flat_map(|pf| (1..=pf).map(move |f| (f, pf)));
             for (f, pf) in std::iter::once((0, 0)).chain(pairs) {
@@ -695,12 +838,20 @@ mod tests {
     #[test]
     fn best_first_is_prefix_closed_and_learns() {
         let mut table = CopyLogitTable::new(10, 2).unwrap();
-        table.observe(&[0, 1, 2], &[1, 2, 3, 4, 5, 6], [3, 2]).unwrap();
+        table
+            .observe(&[0, 1, 2], &[1, 2, 3, 4, 5, 6], [3, 2])
+            .unwrap();
         let mut trie = RetrievalTrie::default();
         trie.rebuild(0, &[0, 1, 3, 0, 2], &[0, 3, 5], &[4, 3, 3, 4, 1]);
         let mut est = AcceptanceEstimates::new();
-        let (mut b, mut x, mut ann) = (TreeBuilder::new(), ExpectedTree::default(), Annotation::default());
-        let flat = x.build(&mut b, 0, 5, &trie, Some(&table), None, &est, &mut ann).clone();
+        let (mut b, mut x, mut ann) = (
+            TreeBuilder::new(),
+            ExpectedTree::default(),
+            Annotation::default(),
+        );
+        let flat = x
+            .build(&mut b, 0, 5, &trie, Some(&table), None, &est, &mut ann)
+            .clone();
         assert_eq!(flat.tokens, vec![0, 1, 2, 3, 4]);
         for i in 1..flat.len() {
             assert!(ann.path[i] <= ann.path[flat.parents[i] as usize]);
@@ -708,9 +859,20 @@ mod tests {
         // The target chose 1 after 0, 3 after 1: all rows observed.
         let topk = [1, 9, 5, 9, 3, 9, 0, 9, 0, 9];
         let mut s = Scratch::default();
-        let n = s.learn(&ann, &trie, &flat.tokens, &topk, [5, 2], Some(&table), &mut est);
+        let n = s.learn(
+            &ann,
+            &trie,
+            &flat.tokens,
+            &topk,
+            [5, 2],
+            Some(&table),
+            &mut est,
+        );
         assert!(n > 0 && est.num_labels == n as u64);
         // Not this tree: nothing learned.
-        assert_eq!(s.learn(&ann, &trie, &[7], &[1, 2], [1, 2], Some(&table), &mut est), 0);
+        assert_eq!(
+            s.learn(&ann, &trie, &[7], &[1, 2], [1, 2], Some(&table), &mut est),
+            0
+        );
     }
 }

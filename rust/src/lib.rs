@@ -36,30 +36,45 @@
 //! * [`draft_tree`]: merging the retrieval and logits trees, and flattening;
 //! * [`chain`]: the best chain of a draft tree (for engines that verify chains only);
 //! * [`drafter`]: one drafter per method (racer, retrieval, logits, logits-last, pld, ar);
+//! * [`expected_tree`]: beyond the paper, the acceptance estimates and the tree with the
+//!   most expected accepted tokens, in an [`expected_tree::Estimator`] that a drafter
+//!   attaches only on request (the paper's step never runs it);
 //! * [`error`]: the one error type.
 //!
-//! Imports go one way: `drafter` uses everything; `draft_tree` uses `logits_tree`, which
-//! uses `copy_logit`; `automaton` uses `lru`. Nothing here knows of torch or Python unless
+//! The paper's defaults ([`DEFAULT_CAPACITY`], [`DEFAULT_BREADTH`], [`DEFAULT_NGRAM`],
+//! [`DEFAULT_MAX_NODES`], [`DEFAULT_MIN_BORDER_DEPTH`]), the limits and the capacity check
+//! live here, the error type in [`error`]: one home per rule. Public entry points check
+//! their arguments once; inside a step nothing is checked again.
+//!
+//! Imports go one way: `drafter` uses everything; `expected_tree` uses `draft_tree`;
+//! `draft_tree` uses `logits_tree`, which uses `copy_logit`; `automaton` uses `lru`. Nothing here knows of torch or Python unless
 //! the `python` feature is on; then the private `py` module holds only thin PyO3 wrappers
 //! (the `racer_ref._core` extension module) that convert arguments and call this core.
 //!
 //! # A drafting step
 //!
 //! ```
+//! use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
 //! use racer_ref::drafter::{Drafter, DrafterConfig, Method};
 //!
 //! let mut drafter = Drafter::new(DrafterConfig::new(Method::Racer, 100))?;
 //! // The committed tokens so far (prompt + output): the automaton learns their n-grams.
 //! drafter.commit(&[5, 6, 7, 8, 9, 5, 6])?;
-//! // The target model's top-2 next-token ids after token 6 (row-major, shape (1, 8)).
-//! drafter.observe(&[6], &[7, 1, 2, 3, 4, 10, 11, 12], [1, 8])?;
-//! // Draft the tree for root 6: "7 8 9 ..." comes from the automaton (6 was followed by
-//! // 7 8 9 before), the other children of the root from the copy-logit row of 6.
-//! let tree = drafter.draft(6, None)?;
-//! assert_eq!(tree.tokens[0], 6);
-//! assert_eq!(tree.tokens[1], 7);
-//! assert_eq!(tree.parents[1], 0);
-//! assert!(tree.len() <= 64);
+//! // The target model read token 7 once and predicted these top-8 next tokens there
+//! // (row-major, shape (1, 8)): the copy-logit row of 7.
+//! drafter.observe(&[7], &[8, 1, 2, 3, 4, 10, 11, 12], [1, 8])?;
+//! // The target now predicts 7 after "... 5 6": the root. "5 6 7" occurred before, followed
+//! // by 8 9 5 6, so the automaton proposes the path 7 8 9 5 6; the copy-logit row of 7
+//! // proposes 8 (the same child: "both") and 1 2 3 4 10 11 12 beside it.
+//! let tree = drafter.draft(7, None)?;
+//! assert_eq!(&tree.tokens[..4], &[7, 8, 1, 2]);
+//! assert_eq!(&tree.sources[1..4], &[SOURCE_BOTH, SOURCE_LOGITS, SOURCE_LOGITS]);
+//! let retrieved: Vec<u32> = (1..tree.len())
+//!     .filter(|&i| tree.sources[i] == SOURCE_RETRIEVAL)
+//!     .map(|i| tree.tokens[i])
+//!     .collect();
+//! assert_eq!(retrieved, vec![9, 5, 6]); // deeper on the retrieval path
+//! assert!(tree.len() <= racer_ref::DEFAULT_CAPACITY);
 //! # Ok::<(), racer_ref::error::Error>(())
 //! ```
 //!
@@ -82,6 +97,11 @@ pub mod lru;
 #[cfg(feature = "python")]
 mod py;
 
+/// The crate README's example runs as a doc test, so the registry page cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 use error::{Error, Result};
 
 /// A token id of the target model's vocabulary.
@@ -89,6 +109,14 @@ use error::{Error, Result};
 /// A plain `u32` (not a newtype), so that token streams are ordinary `&[u32]` slices; the
 /// alias says in a signature which `u32`s are tokens.
 pub type TokenId = u32;
+
+/// A token id as a caller may hold it before it is checked: a [`TokenId`], or the `i64`
+/// a Python int or a numpy array arrives as (possibly negative). The checks of
+/// [`copy_logit`] read either and name the offending value as it was given; the public
+/// API takes [`TokenId`]s (the PyO3 layer checks its `i64`s with the same functions).
+pub trait Id: Copy + Into<i64> {}
+impl Id for TokenId {}
+impl Id for i64 {}
 
 /// A node of a draft tree, by its index: in a [`draft_tree::TreeBuilder`] the slot in its
 /// arena (creation order), in a [`draft_tree::FlatTree`] the breadth-first position. The
@@ -110,6 +138,23 @@ pub const MAX_TOKEN_ID: TokenId = u32::MAX;
 /// # Ok::<(), racer_ref::error::Error>(())
 /// ```
 pub const MAX_CAPACITY: usize = 4096;
+
+/// The paper's capacity `C`: draft-tree nodes per verify pass, root included.
+pub const DEFAULT_CAPACITY: usize = 64;
+
+/// The paper's breadth `k`: next-token ids kept per row of the copy-logit table (and the
+/// root's breadth in the logits tree).
+pub const DEFAULT_BREADTH: usize = 8;
+
+/// The paper's `n`: the longest n-gram window the automaton inserts (its depth bound).
+pub const DEFAULT_NGRAM: usize = 10;
+
+/// The paper's node budget of the automaton before LRU eviction.
+pub const DEFAULT_MAX_NODES: usize = 10_000;
+
+/// The shallowest border depth: a border is a state of depth >= 2 (a one-token match is
+/// no evidence).
+pub const DEFAULT_MIN_BORDER_DEPTH: usize = 2;
 
 /// Check a capacity argument (`1 <= capacity <= MAX_CAPACITY`) and return it as `usize`.
 ///

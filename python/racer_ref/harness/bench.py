@@ -227,6 +227,7 @@ class MethodRunner:
             size = max(ctrl.candidates) if ctrl is not None else (int(capacity) if capacity is not None else 64)
             inner = Drafter(method=method, vocab_size=vocab, capacity=size, breadth=self.breadth,
                             backend=self.backend, tree=self.tree)
+            inner.attach_estimator()  # for the calibration record (the acceptance estimates)
             if self.drafter_state == "shared":
                 self.drafters[key] = inner
         if ctrl is not None:

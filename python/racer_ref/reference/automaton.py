@@ -23,22 +23,25 @@ Run ``python -m racer_ref.reference.automaton`` for a walkthrough that prints ea
 from __future__ import annotations
 
 import heapq
-import operator
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from racer_ref.reference.limits import (
+    DEFAULT_MAX_NODES,
+    DEFAULT_MIN_BORDER_DEPTH,
+    DEFAULT_NGRAM,
+    MAX_NGRAM,
+    MAX_NODES_LIMIT,
+    NoCopy,
+    check_capacity,
+    check_token,
+    int_or_default,
+    int_value,
+)
 from racer_ref.reference.lru import RecencyList
+from racer_ref.reference.undo import UndoLog, all_or_nothing
 
-#: Largest accepted ``ngram`` (the trie's depth bound).
-MAX_NGRAM = 256
-#: Largest accepted ``max_nodes`` (2**31 - 1, as in the Rust core).
-MAX_NODES_LIMIT = 2**31 - 1
-#: Largest accepted ``capacity``: a retrieval tree is part of a draft tree, so the draft
-#: tree's bound (the one constant; ``draft_tree`` imports it from here, as in Rust).
-MAX_CAPACITY = 4096
-#: Token ids must fit in 32 bits.
-MAX_TOKEN_ID = 2**32 - 1
 #: Number of failure-link epochs; token ``t`` uses epoch ``t % EPOCH_SLOTS``.
 EPOCH_SLOTS = 1024
 
@@ -46,49 +49,9 @@ EPOCH_SLOTS = 1024
 # Part 0. Checking arguments.
 #
 # Bad input must raise a ValueError or TypeError that names the argument, *before* any
-# state changes. I check the kind first (TypeError), then the range (ValueError), in the
-# same order and with the same messages as the Rust wrapper.
+# state changes. The checks and the limits live in ``limits`` (one home per rule, as the
+# Rust core's lib.rs and error.rs); the public methods call them once, at the boundary.
 # ======================================================================================
-
-
-def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits.
-
-    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
-    that all of them are refused the same way as in the Rust wrappers.
-    """
-    where = "" if index is None else f"element {index} "
-    # bool is a subclass of int in Python, but True is not a token id: refuse it.
-    if isinstance(value, bool):
-        raise TypeError(f"{arg}: {where}must be an int, got bool")
-    try:
-        # operator.index accepts ints and numpy integers, and refuses floats and numpy bools.
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{arg}: {where}must be an int, got {type(value).__name__}") from None
-    # The Rust side reads a 64-bit integer first; anything wider is out of every range.
-    if not -(2**63) <= v < 2**63:
-        raise ValueError(f"{arg}: {where}is out of range, got {v}")
-    return v
-
-
-def int_or_default(value: Any, arg: str, default: int) -> int:
-    """``default`` for ``None`` (our convention for "not given"), else ``int_value``."""
-    return default if value is None else int_value(value, arg)
-
-
-def _check_token(arg: str, index: Optional[int], v: int) -> int:
-    """Check that ``v`` is a token id in ``[0, 2**32 - 1]``."""
-    if not 0 <= v <= MAX_TOKEN_ID:
-        where = "" if index is None else f"element {index} "
-        raise ValueError(f"{arg}: {where}must be in [0, {MAX_TOKEN_ID}], got {v}")
-    return v
-
-
-def _check_capacity(capacity: int) -> int:
-    if not 1 <= capacity <= MAX_CAPACITY:
-        raise ValueError(f"capacity: must be in [1, {MAX_CAPACITY}], got {capacity}")
-    return capacity
 
 
 def _read_tokens(tokens: Iterable[Any]) -> List[int]:
@@ -102,7 +65,7 @@ def _read_tokens(tokens: Iterable[Any]) -> List[int]:
         # np.asarray first: an ndarray subclass (a masked array, say) is read as its
         # plain data, as the Rust core and np.asarray read it.
         values = np.asarray(tokens).tolist()
-        return [_check_token("tokens", i, v) for i, v in enumerate(values)]
+        return [check_token("tokens", i, v) for i, v in enumerate(values)]
     try:
         items = iter(tokens)
     except TypeError:
@@ -111,7 +74,7 @@ def _read_tokens(tokens: Iterable[Any]) -> List[int]:
         ) from None
     # Materialise the whole input first: a generator can only be read once, and nothing
     # may be committed before every element has been checked.
-    return [_check_token("tokens", i, int_value(v, "tokens", i)) for i, v in enumerate(items)]
+    return [check_token("tokens", i, int_value(v, "tokens", i)) for i, v in enumerate(items)]
 
 
 # ======================================================================================
@@ -173,7 +136,7 @@ class _Node:
         return out[::-1]
 
 
-class Automaton:
+class Automaton(NoCopy):
     """The Aho-Corasick n-gram automaton of RACER's retrieval tree (pure Python).
 
     Args:
@@ -190,14 +153,14 @@ class Automaton:
 
     def __init__(
         self,
-        max_nodes: Optional[int] = 10_000,
-        ngram: Optional[int] = 10,
-        min_border_depth: Optional[int] = 2,
+        max_nodes: Optional[int] = DEFAULT_MAX_NODES,
+        ngram: Optional[int] = DEFAULT_NGRAM,
+        min_border_depth: Optional[int] = DEFAULT_MIN_BORDER_DEPTH,
     ) -> None:
         # Kinds first (TypeError), then ranges (ValueError); same order as Rust.
-        ngram = int_or_default(ngram, "ngram", 10)
-        max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
-        min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
+        ngram = int_or_default(ngram, "ngram", DEFAULT_NGRAM)
+        max_nodes = int_or_default(max_nodes, "max_nodes", DEFAULT_MAX_NODES)
+        min_border_depth = int_or_default(min_border_depth, "min_border_depth", DEFAULT_MIN_BORDER_DEPTH)
         if not 2 <= ngram <= MAX_NGRAM:
             raise ValueError(f"ngram: must be in [2, {MAX_NGRAM}], got {ngram}")
         # One full window is a path of ngram nodes, so the trie must hold at least that.
@@ -322,17 +285,7 @@ class Automaton:
         tokens = _read_tokens(tokens)
         self._check_intact()
         # Then apply, writing down how to undo each change before making it (Part 7).
-        undo: UndoLog = []
-        try:
-            # Set on the try's first line and cleared on its last, so that whatever line
-            # an interrupt hits, the `except` below sees it and undoes what was done.
-            self._torn = True
-            self._extend_logged(tokens, undo)
-            self._torn = False
-        except BaseException:
-            # BaseException: KeyboardInterrupt is not an Exception, and is the point here.
-            self._rollback(undo)
-            raise
+        all_or_nothing(self, lambda undo: self._extend_logged(tokens, undo))
 
     def _extend_logged(self, tokens: List[int], undo: "UndoLog") -> None:
         """Commit checked ``tokens``, logging in ``undo`` how to take every change back."""
@@ -558,7 +511,7 @@ class Automaton:
             TypeError, ValueError: ``root`` is not an int in ``[0, 2**32 - 1]``.
             RuntimeError: the automaton is torn (see ``reset()``).
         """
-        root = _check_token("root", None, int_value(root, "root"))
+        root = check_token("root", None, int_value(root, "root"))
         self._check_intact()
         return [b.path() for b in self._collect_borders(root)]
 
@@ -599,9 +552,15 @@ class Automaton:
 
         Raises: as ``retrieve()``.
         """
-        root = _check_token("root", None, int_value(root, "root"))
-        capacity = _check_capacity(int_value(capacity, "capacity"))
+        root = check_token("root", None, int_value(root, "root"))
+        capacity = check_capacity(capacity)
         self._check_intact()
+        return self.retrieve_trusted(root, capacity)
+
+    def retrieve_trusted(self, root: int, capacity: int) -> Tuple[List[List[int]], List[List[int]]]:
+        """``retrieve_counted()`` without the checks (the Rust core's ``retrieve_trusted``),
+        for a caller that checked ``root``, ``capacity`` and ``_check_intact()`` itself:
+        the drafter, once per step."""
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
         # kept[r] = [token, depth, children ranks, freq]; rank 0 is the root, which stands
@@ -704,27 +663,11 @@ class Automaton:
     # ==================================================================================
     # Part 7. All or nothing: an interrupted call changes nothing.
     #
-    # A Ctrl-C in a notebook raises KeyboardInterrupt between *any* two lines. If it
-    # lands half-way through a touch, the recency list is torn (a node with one link
-    # updated and not the other), and every later call would trip over it. So each
-    # public operation that changes the automaton works in two phases:
-    #
-    #   compute:  read and check all the input (this may raise; nothing has changed);
-    #   apply:    make the changes, but before each one append to an *undo log* how to
-    #             take it back (a function and its arguments; "write-ahead").
-    #
-    #     undo log:  [restore fields] [restore links of [a]] [old freq of [a b]] ...
-    #                 played last <----------------------------------- played first
-    #
-    # If the apply phase is interrupted anywhere, the `except` plays the log backwards
-    # and re-raises: every entry restores *old values*, so it is right whether its change
-    # was made, never made, or made half-way. The automaton is then exactly as before
-    # the call (the tests interrupt extend() at every line and compare with dump()).
-    #
-    # Only a second interrupt during that rollback can leave a mix. For that case the
-    # `_torn` flag is set while changes are in flight and cleared when they are complete
-    # or fully undone; a torn automaton refuses every call with a RuntimeError that says
-    # to call reset(), instead of silently losing nodes later.
+    # extend() logs the undo of every change before making it, and runs through
+    # ``undo.all_or_nothing``: interrupted anywhere (a Ctrl-C in a notebook), the log is
+    # played backwards and the automaton is exactly as before the call. A second
+    # interrupt during that rollback leaves it *torn*: every call then raises a
+    # RuntimeError naming reset(). The machinery, and why it works, is in ``undo``.
     #
     # Queries (retrieve, borders, dump) only fill the failure-link cache and count; a
     # cached link is valid or marked stale at every line, so they need no undo log.
@@ -737,15 +680,6 @@ class Automaton:
                 "Automaton: an earlier call was interrupted while it was being undone, so "
                 "the automaton is in an inconsistent state; call reset() to start afresh"
             )
-
-    def _rollback(self, undo: "UndoLog") -> None:
-        """Play ``undo`` backwards (newest change first), then clear the torn flag."""
-        # Interrupted here, the flag stays set: the next call asks for reset().
-        self._torn = True
-        while undo:
-            function, args = undo.pop()
-            function(*args)
-        self._torn = False
 
     # ==================================================================================
     # Part 8. A self-check of the internal structure, for the tests.
@@ -795,10 +729,6 @@ class Automaton:
                 raise RuntimeError(f"windows: {node.path()} is not in the trie")
 
 
-#: An undo log: (function, arguments) pairs, played backwards by ``Automaton._rollback``.
-UndoLog = List[Tuple[Callable[..., Any], tuple]]
-
-
 def _set_freq(node: _Node, freq: int) -> None:
     """Undo of a frequency increment: put the old count back."""
     node.freq = freq
@@ -832,7 +762,7 @@ def _walkthrough() -> None:
 
     print("Stage 1. Commit the tokens (one id per word), ngram = 5:")
     print("   ", " ".join(words))
-    automaton = Automaton(max_nodes=10_000, ngram=5)
+    automaton = Automaton(max_nodes=DEFAULT_MAX_NODES, ngram=5)
     automaton.extend(ids)
     print(f"    {len(ids)} tokens -> {automaton.len()} trie nodes (every substring of <= 5 words)")
     print("    a few states (frequency = occurrences, failure link, LRU rank):")

@@ -32,126 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from racer_ref.reference.automaton import int_value
+# The checks live in ``limits`` (one home per rule, as the Rust core's copy_logit.rs and
+# error.rs); the table calls them once per public call.
+from racer_ref.reference.limits import NoCopy, check_observe, check_table_size, int_value
 
-#: The largest table we agree to allocate: ``vocab_size * k`` entries (the Rust core uses
-#: the same limit: 2**28 entries, 1 GiB of 32-bit ids).
-MAX_TABLE_ENTRIES = 1 << 28
-
-
-def as_int_array(value: Any, arg: str, ndim: int) -> np.ndarray:
-    """Turn ``value`` (numpy array, list, tensor...) into an integer numpy array.
-
-    We accept anything ``np.asarray`` understands, as long as it has ``ndim`` dimensions
-    and an integer dtype. The argument's name ``arg`` goes into every error message.
-
-    Raises:
-        ValueError: wrong number of dimensions.
-        TypeError: a non-integer dtype (floats and bools are refused: a token id
-            ``3.0`` is almost certainly a bug upstream).
-    """
-    # np.asarray does not copy an array that is already a numpy array. Ragged nesting such
-    # as [[1], [2, 3]] makes it raise a ValueError that does not say which argument.
-    try:
-        array = np.asarray(value)
-    except ValueError as error:
-        raise ValueError(f"{arg}: not an array of ids ({error})") from None
-    # The shape is checked first, then the dtype (the Rust core checks in the same order).
-    if array.ndim != ndim:
-        raise ValueError(f"{arg}: expected a {ndim}-D array, got shape {tuple(array.shape)}")
-    # An empty list becomes float64 in numpy; it holds no ids, so we let it through.
-    if array.size and array.dtype.kind not in "iu":
-        raise TypeError(f"{arg}: expected integer token ids, got dtype {array.dtype}")
-    return array
-
-
-def check_token_ids(arg: str, ids: np.ndarray, vocab_size: int) -> None:
-    """Raise ``ValueError`` naming ``arg`` if any id lies outside ``[0, vocab_size)``."""
-    # A boolean mask of the bad entries; nothing to do when there are none.
-    bad = (ids < 0) | (ids >= vocab_size)
-    if bad.any():
-        # Report the first offender, with its (flat) index, like the Rust core does.
-        index = int(np.flatnonzero(bad.ravel())[0])
-        value = int(ids.ravel()[index])
-        raise ValueError(
-            f"{arg}: token id {value} at index {index} is outside "
-            f"[0, vocab_size) = [0, {vocab_size})"
-        )
-
-
-def check_token_id(arg: str, token: Any, vocab_size: int) -> int:
-    """Validate one token id (a Python or numpy integer) and return it as ``int``.
-
-    Raises:
-        TypeError: not an integer (bool and float included).
-        ValueError: outside ``[0, vocab_size)``.
-    """
-    # int_value accepts int, numpy integers and anything with __index__, but not bool.
-    value = int_value(token, arg)
-    if not 0 <= value < vocab_size:
-        raise ValueError(
-            f"{arg}: token id {value} is outside [0, vocab_size) = [0, {vocab_size})"
-        )
-    return value
-
-
-def check_observe(token_ids: Any, topk_ids: Any, vocab_size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate the arguments of ``CopyLogitTable.observe`` for a ``[vocab_size, k]`` table.
-
-    Returns ``(tokens, kept)``: the ``(n,)`` ids and the ``(n, k)`` kept top-k columns.
-    Drafters without a table call it too, so every method rejects the same input.
-
-    Raises:
-        ValueError, TypeError: see ``CopyLogitTable.observe``.
-    """
-    # Step 1: turn both arguments into integer arrays of the right rank.
-    tokens = as_int_array(token_ids, "token_ids", 1)
-    topk = as_int_array(topk_ids, "topk_ids", 2)
-    # Step 2: the shapes must agree: one top-k row per fed token, at least k wide.
-    n = tokens.shape[0]
-    rows, cols = topk.shape
-    if rows != n or cols < k:
-        raise ValueError(
-            f"topk_ids: expected shape (n, k') with n = len(token_ids) = {n} and "
-            f"k' >= k = {k}, got ({rows}, {cols})"
-        )
-    # We keep only the first k columns; the rest may hold anything.
-    kept = topk[:, : k]
-    # Step 3: every id we are about to store must be a real token id.
-    check_token_ids("token_ids", tokens, vocab_size)
-    if kept.size:
-        bad = (kept < 0) | (kept >= vocab_size)
-        if bad.any():
-            # Name the first bad entry by its [row, column], as the Rust core does.
-            i, j = (int(x) for x in np.argwhere(bad)[0])
-            raise ValueError(
-                f"topk_ids: token id {int(kept[i, j])} at [{i}, {j}] is outside "
-                f"[0, vocab_size) = [0, {vocab_size})"
-            )
-    return tokens, kept
-
-
-def check_table_size(vocab_size: int, k: int, k_arg: str = "k") -> None:
-    """Check the sizes of a ``[vocab_size, k]`` table (ints already); ``k_arg`` is the name
-    the caller gave ``k`` (a table's ``"k"``, a drafter's ``"breadth"``), so that the
-    message names the caller's argument (the Rust core's ``CopyLogitTable::check_params``).
-
-    Raises:
-        ValueError: ``vocab_size < 1``, ``k`` outside ``[1, vocab_size]``, or
-            ``vocab_size * k > MAX_TABLE_ENTRIES``.
-    """
-    if vocab_size < 1:
-        raise ValueError(f"vocab_size: must be >= 1, got {vocab_size}")
-    if not 1 <= k <= vocab_size:
-        raise ValueError(f"{k_arg}: must be in [1, vocab_size] = [1, {vocab_size}], got {k}")
-    if vocab_size * k > MAX_TABLE_ENTRIES:
-        raise ValueError(
-            f"vocab_size: vocab_size * {k_arg} = {vocab_size} * {k} exceeds the table "
-            f"limit of {MAX_TABLE_ENTRIES} entries"
-        )
-
-
-class CopyLogitTable:
+class CopyLogitTable(NoCopy):
     """Dense ``[vocab_size, k]`` copy-logit table with a per-row ``seen`` flag.
 
     Args:
@@ -206,6 +91,11 @@ class CopyLogitTable:
             return []
         return self.ids[int(token)].tolist()
 
+    def row_trusted(self, token: int) -> list[int]:
+        """``row()`` for a token id the caller checked (a draft-tree node): no checks, the
+        Rust core's ``row``. The logits tree reads one row per node through here."""
+        return self.ids[token].tolist() if self.seen[token] else []
+
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Write ``table[token_ids[i]] = topk_ids[i, :k]`` for every i (spec step 8).
 
@@ -230,6 +120,12 @@ class CopyLogitTable:
         # Steps 1-3: validate everything before we touch the table.
         tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.k)
         self._check_intact()
+        self.observe_trusted(tokens, kept)
+
+    def observe_trusted(self, tokens: np.ndarray, kept: np.ndarray) -> None:
+        """Steps 4-5 of ``observe`` for what ``check_observe`` returned (the Rust core's
+        ``observe_trusted``): ``(n,)`` ids and their ``(n, k)`` kept rows. The drafter,
+        which checked them at its own boundary, writes through here."""
         # Step 4: which row each token ends with. A dict keeps the *last* value written
         # for a key, so "the last occurrence wins" falls out (numpy's fancy assignment
         # with repeated indices would not promise an order; now there are none).

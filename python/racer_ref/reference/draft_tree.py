@@ -40,29 +40,19 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from racer_ref.reference.automaton import MAX_CAPACITY, MAX_TOKEN_ID, int_value
-from racer_ref.reference.copy_logit import CopyLogitTable, as_int_array
-from racer_ref.reference.logits_tree import grow_logits_tree
+from racer_ref.reference.copy_logit import CopyLogitTable
+from racer_ref.reference.limits import (
+    MAX_TOKEN_ID,
+    as_int_array,
+    check_capacity,
+    int_value,
+)
+from racer_ref.reference.logits_tree import ADDED, MERGED, REPEATED, grow_logits_tree
 from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree  # noqa: F401
 
-# MAX_CAPACITY (4096): the largest accepted capacity (tokens per verify pass; the paper
-# uses 64). The attention mask has ``capacity ** 2`` entries, so this also bounds memory.
-# MAX_TOKEN_ID (2**32 - 1): token ids are 32-bit; without a vocabulary we only check this
-# range. Both are defined once, in ``automaton`` (as in the Rust core's lib.rs).
-
-
-def check_capacity(capacity: Any) -> int:
-    """Validate a capacity (``1 <= capacity <= MAX_CAPACITY``) and return it as ``int``.
-
-    Raises:
-        TypeError: not an integer.
-        ValueError: out of range.
-    """
-    value = int_value(capacity, "capacity")
-    if not 1 <= value <= MAX_CAPACITY:
-        raise ValueError(f"capacity: must be in [1, {MAX_CAPACITY}], got {value}")
-    return value
-
+# The limits (MAX_CAPACITY, MAX_TOKEN_ID) and the checks live in ``limits``, as the Rust
+# core's lib.rs; ``build_draft_tree`` checks its arguments there once, and the builder
+# trusts them (the drafter calls ``build_trusted`` with what it checked itself).
 
 class TreeBuilder:
     """A token trie with at most ``capacity`` nodes, grown from the root.
@@ -78,9 +68,19 @@ class TreeBuilder:
     """
 
     def __init__(self, root: int, capacity: int) -> None:
-        self.capacity = check_capacity(capacity)
+        self._start(int_value(root, "root"), check_capacity(capacity))
+
+    @classmethod
+    def trusted(cls, root: int, capacity: int) -> "TreeBuilder":
+        """A builder for a root and a capacity the caller checked (no checks)."""
+        builder = cls.__new__(cls)
+        builder._start(root, capacity)
+        return builder
+
+    def _start(self, root: int, capacity: int) -> None:
+        self.capacity = capacity
         # One entry per node, node 0 being the root.
-        self.tokens: list[int] = [int(root)]
+        self.tokens: list[int] = [root]
         self.parents: list[int] = [-1]
         self.depths: list[int] = [0]
         self.sources: list[int] = [SOURCE_ROOT]
@@ -112,13 +112,30 @@ class TreeBuilder:
             return None, None
         # A new node at the end of the arena, appended to its parent's children.
         node = len(self.tokens)
-        self.tokens.append(int(token))
+        self.tokens.append(token)
         self.parents.append(parent)
         self.depths.append(self.depths[parent] + 1)
         self.sources.append(source)
         self.children.append({})
         self.children[parent][token] = node
         return node, None
+
+    def offer(self, parent: int, token: int) -> tuple[str, Optional[int]]:
+        """Offer the child (``parent``, ``token``) as a logits-tree node (the Rust core's
+        ``GrowInto::offer``). Called only when the tree is not full.
+
+        Returns ``(ADDED, node)`` for a new node, ``(MERGED, node)`` for a retrieval node
+        that becomes "both" (free), ``(REPEATED, None)`` for a node the logits tree had
+        already put in (the same id twice in one row: skipped).
+        """
+        existing = self.children[parent].get(token)
+        if existing is None:
+            node, _ = self.insert_child(parent, token, SOURCE_LOGITS)
+            return ADDED, node
+        if self.sources[existing] & SOURCE_LOGITS:
+            return REPEATED, None
+        self.sources[existing] |= SOURCE_LOGITS
+        return MERGED, existing
 
     def add_retrieval_path(self, path: Sequence[int]) -> None:
         """Insert one root-to-leaf retrieval path (``path[0]`` is the root).
@@ -128,8 +145,8 @@ class TreeBuilder:
         than ``capacity`` nodes, so this is only a safety net).
         """
         node = 0
-        for token in list(path)[1:]:
-            child, _ = self.insert_child(node, int(token), SOURCE_RETRIEVAL)
+        for token in path[1:]:
+            child, _ = self.insert_child(node, token, SOURCE_RETRIEVAL)
             if child is None:
                 return
             node = child
@@ -224,13 +241,26 @@ def build_draft_tree(
         if p[0] != root:
             raise ValueError(f"retrieval_paths: every path must start with the root {root}, got {p[0]}")
 
+    return build_trusted(root, capacity, paths, table, topk)
+
+
+def build_trusted(
+    root: int,
+    capacity: int,
+    paths: Iterable[Sequence[int]] = (),
+    table: Optional[CopyLogitTable] = None,
+    root_topk: Optional[Sequence[int]] = None,
+) -> DraftTree:
+    """``build_draft_tree`` without the checks (the Rust core's ``build_trusted``): the
+    caller checked every argument (the drafter: once, at its own boundary). Paths are
+    lists of ints, each starting with the root."""
     # Step 2: the retrieval tree first, path by path.
-    tree = TreeBuilder(root, capacity)
+    tree = TreeBuilder.trusted(root, capacity)
     for p in paths:
         tree.add_retrieval_path(p)
     # Step 3: the logits tree fills the rest.
     if table is not None:
-        grow_logits_tree(tree, table, topk)
+        grow_logits_tree(tree, table, root_topk)
     # Step 4: flatten breadth-first.
     return tree.flatten()
 

@@ -39,24 +39,26 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from racer_ref.reference.automaton import Automaton, int_or_default, int_value
-from racer_ref.reference.copy_logit import (
-    CopyLogitTable,
+from racer_ref.reference.automaton import Automaton
+from racer_ref.reference.copy_logit import CopyLogitTable
+from racer_ref.reference.draft_tree import build_trusted
+from racer_ref.reference.limits import (
+    DEFAULT_BREADTH,
+    DEFAULT_CAPACITY,
+    DEFAULT_MAX_NODES,
+    DEFAULT_MIN_BORDER_DEPTH,
+    DEFAULT_NGRAM,
+    NoCopy,
     as_int_array,
+    check_capacity,
     check_observe,
     check_table_size,
     check_token_id,
     check_token_ids,
+    int_or_default,
+    int_value,
 )
-from racer_ref.reference.draft_tree import build_draft_tree, check_capacity
-from racer_ref.reference.expected_tree import (
-    AcceptanceEstimates,
-    Annotation,
-    RetrievalTrie,
-    annotate,
-    build_expected_tree,
-    learn,
-)
+from racer_ref.reference.undo import UndoLog, all_or_nothing
 from racer_ref.tree import METHODS, DraftTree
 
 #: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
@@ -102,7 +104,7 @@ def prompt_lookup(
     return []
 
 
-class Drafter:
+class Drafter(NoCopy):
     """One drafter per method, all returning a ``DraftTree`` (pure-Python twin).
 
     Args:
@@ -116,7 +118,9 @@ class Drafter:
             2); validated for every method, used by ``racer`` and ``retrieval``.
         tree: ``"paper"`` (default) or ``"expected"`` (one of ``TREES``): how ``racer``,
             ``retrieval``, ``logits`` and ``logits-last`` fill the capacity; validated for
-            every method (``pld`` and ``ar`` draft the same either way).
+            every method (``pld`` and ``ar`` draft the same either way). ``"expected"``
+            attaches the acceptance estimates (``attach_estimator()``); the paper's tree
+            neither runs nor imports them unless they are attached.
 
     ``None`` for a parameter means its default (as in ``Automaton``); ``vocab_size`` has
     no default.
@@ -131,11 +135,11 @@ class Drafter:
         self,
         method: str = "racer",
         vocab_size: Optional[int] = None,
-        capacity: int = 64,
-        breadth: int = 8,
-        ngram: int = 10,
-        max_nodes: int = 10_000,
-        min_border_depth: int = 2,
+        capacity: int = DEFAULT_CAPACITY,
+        breadth: int = DEFAULT_BREADTH,
+        ngram: int = DEFAULT_NGRAM,
+        max_nodes: int = DEFAULT_MAX_NODES,
+        min_border_depth: int = DEFAULT_MIN_BORDER_DEPTH,
         tree: str = "paper",
     ) -> None:
         # Validate in the same order as the Rust core. Kinds first: the method must be a
@@ -153,11 +157,11 @@ class Drafter:
         if vocab_size is None:
             raise TypeError("vocab_size: required (the target model's vocabulary size)")
         vocab_size = int_value(vocab_size, "vocab_size")
-        capacity = int_or_default(capacity, "capacity", 64)
-        breadth = int_or_default(breadth, "breadth", 8)
-        ngram = int_or_default(ngram, "ngram", 10)
-        max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)
-        min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)
+        capacity = int_or_default(capacity, "capacity", DEFAULT_CAPACITY)
+        breadth = int_or_default(breadth, "breadth", DEFAULT_BREADTH)
+        ngram = int_or_default(ngram, "ngram", DEFAULT_NGRAM)
+        max_nodes = int_or_default(max_nodes, "max_nodes", DEFAULT_MAX_NODES)
+        min_border_depth = int_or_default(min_border_depth, "min_border_depth", DEFAULT_MIN_BORDER_DEPTH)
         if tree is None:
             tree = "paper"
         if not isinstance(tree, str):
@@ -184,13 +188,27 @@ class Drafter:
         # PLD searches the committed tokens; the other methods only count them.
         self.history: list[int] = []
         self.num_committed = 0
-        # The acceptance estimates (learned from every verify pass) and what we remember
-        # of the last draft until the observe() call about it (see observe()).
-        self.estimates = AcceptanceEstimates()
-        self._last: Optional[Annotation] = None
+        # Beyond the paper: the acceptance estimates, attached by tree="expected" and
+        # capacity="auto" only (attach_estimator); None on the paper's path.
+        self.estimator: Any = None
+        if tree == "expected":
+            self.attach_estimator()
         # True while changes are in flight; left True only if an interrupted commit()
         # could not be fully undone, or reset() itself was interrupted (see commit).
         self._torn = False
+
+    def attach_estimator(self) -> None:
+        """Attach the acceptance estimates (beyond the paper; docs/explanation/expected-tree.md):
+        from now on every draft is annotated with path probabilities (``path_probs``,
+        ``expected_tokens``) and every ``observe()`` about the last draft is learned from
+        (``acceptance_stats()``). ``tree="expected"`` attaches them at construction;
+        ``capacity="auto"`` calls this. Attaching twice keeps what was learned. ``pld`` and
+        ``ar`` draft without estimates either way."""
+        if self.estimator is None:
+            # Imported here: the paper's step never loads the estimates.
+            from racer_ref.reference.expected_tree import Estimator
+
+            self.estimator = Estimator()
 
     def _check_intact(self) -> None:
         """Raise ``RuntimeError`` naming ``reset()`` if the drafter or its parts are torn."""
@@ -215,9 +233,10 @@ class Drafter:
             topk_ids: ``(n, k')`` integer top-k' ids (``k' >= breadth``) of the target's
                 logits at each of those positions, best first.
 
-        Validated for every method; stored by the methods with a table. Beyond the paper:
-        when the rows are the last draft's nodes (all of them in order, or the accepted path),
-        the acceptance estimates learn from them first (``expected_tree.learn``).
+        Validated for every method; stored by the methods with a table. Beyond the paper,
+        with the estimates attached: when the rows are the last draft's nodes (all of them
+        in order, or the accepted path), the estimates learn from them first
+        (``expected_tree.learn``).
 
         Raises:
             ValueError: bad shapes or an id outside ``[0, vocab_size)``.
@@ -226,16 +245,13 @@ class Drafter:
         """
         tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
         self._check_intact()
-        # Learning (beyond the paper): if these rows are the tree we drafted last (all its
-        # nodes, or its accepted path), each candidate child of each node is a labelled
-        # sample. Before the table takes the new rows: the candidates are those the draft
-        # saw. The last draft is forgotten either way: it is learned from once.
-        last, self._last = self._last, None
-        if last is not None:
-            learn(last, tokens.tolist(), kept, self.table, self.estimates)
+        if self.estimator is not None:
+            # Beyond the paper: rows about the last draft are labelled samples, learned
+            # before the table takes them (the candidates are those the draft saw).
+            self.estimator.learn(tokens.tolist(), kept, self.table)
         if self.table is not None:
-            # One call, all-or-nothing on its own.
-            self.table.observe(tokens, kept)
+            # One call, all-or-nothing on its own (checked above: no checks again).
+            self.table.observe_trusted(tokens, kept)
 
     def commit(self, token_ids: Any) -> None:
         """Commit tokens that became output (spec step 9): automaton and PLD history.
@@ -257,33 +273,22 @@ class Drafter:
         check_token_ids("token_ids", tokens, self.vocab_size)
         tokens = tokens.tolist()
         self._check_intact()
-        # Apply, logging the undo of each change before making it.
-        undo: list = []
-        try:
-            # First line inside the try: an interrupt before it changed nothing, and one
-            # after it is caught below.
-            self._torn = True
-            if self.automaton is not None:
-                # The automaton logs its own changes into *our* log, and does not roll
-                # back by itself: one log, one rollback, for all three parts.
-                self.automaton._extend_logged(tokens, undo)
-            if self.method == "pld":
-                # Undo of an append: cut the history back to its old length.
-                undo.append((_truncate, (self.history, len(self.history))))
-                self.history.extend(tokens)
-            # Undo of the count: put the old value back.
-            undo.append((setattr, (self, "num_committed", self.num_committed)))
-            self.num_committed += len(tokens)
-            # Last line: all three parts are done.
-            self._torn = False
-        except BaseException:
-            # Interrupted here, the flag stays set and the next call asks for reset().
-            self._torn = True
-            while undo:
-                function, args = undo.pop()
-                function(*args)
-            self._torn = False
-            raise
+        # Apply, logging the undo of each change before making it (the undo module).
+        all_or_nothing(self, lambda undo: self._commit_logged(tokens, undo))
+
+    def _commit_logged(self, tokens: list, undo: UndoLog) -> None:
+        """Commit checked ``tokens`` to all three parts, logging how to take each back."""
+        if self.automaton is not None:
+            # The automaton logs its own changes into *our* log: one log, one rollback,
+            # for all three parts.
+            self.automaton._extend_logged(tokens, undo)
+        if self.method == "pld":
+            # Undo of an append: cut the history back to its old length.
+            undo.append((_truncate, (self.history, len(self.history))))
+            self.history.extend(tokens)
+        # Undo of the count: put the old value back.
+        undo.append((setattr, (self, "num_committed", self.num_committed)))
+        self.num_committed += len(tokens)
 
     def draft(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree for ``root`` (spec steps 2-4).
@@ -319,64 +324,59 @@ class Drafter:
             topk = array[: self.breadth].tolist()
 
         method = self.method
-        self._last = None
+        estimator = self.estimator
+        if estimator is not None:
+            estimator.last = None
         if method == "logits-last" and topk is None:
             raise ValueError('last_topk: required by method "logits-last" (got None)')
+        # Everything is checked: from here on nothing is checked again.
         if method in ESTIMATED_METHODS:
-            # Step 2: the retrieval tree, as root-to-leaf paths with their frequencies
-            # (racer and retrieval; the table is None for "retrieval").
+            # Step 2: the retrieval tree, as root-to-leaf paths (racer and retrieval).
             paths: list = []
             freqs: list = []
             if self.automaton is not None:
-                budget = self.capacity if self.tree == "expected" else step_capacity
-                paths, freqs = self.automaton.retrieve_counted(root, budget)
-            trie = RetrievalTrie(root, paths, freqs)
+                expected = self.tree == "expected"
+                paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else step_capacity)
             # Last-logit mode: the root's children come from the logits that produced it.
             root_row = topk if method == "logits-last" else None
-            if self.tree == "expected":
-                # Beyond the paper: the nodes with the highest path probability.
-                tree, self._last = build_expected_tree(
-                    root, step_capacity, trie, self.table, root_row, self.estimates)
-                return tree
-            # The paper's merge: retrieval first, then the logits tree fills the rest;
-            # annotated with the same estimates (path probabilities, labels).
-            tree = build_draft_tree(root, step_capacity, paths, self.table, root_row)
-            self._last = annotate(tree, trie, self.table, root_row, self.estimates)
-            return tree
+            if estimator is not None:
+                # Beyond the paper: the estimated tree, or the paper's annotated.
+                return estimator.draft(root, step_capacity, paths, freqs, self.table, root_row,
+                                       expected=self.tree == "expected")
+            # Steps 3-4, the paper's merge: retrieval first, then the logits tree fills
+            # the rest; flattened breadth-first.
+            return build_trusted(root, step_capacity, paths, self.table, root_row)
         if method == "pld":
             # The context is the committed tokens followed by the root.
             chain = prompt_lookup(self.history + [root])
-            return build_draft_tree(root, step_capacity, [[root] + chain])
+            return build_trusted(root, step_capacity, [[root] + chain])
         # "ar": the root alone, i.e. plain autoregressive decoding.
-        return build_draft_tree(root, step_capacity)
+        return build_trusted(root, step_capacity)
 
     @property
     def path_probs(self) -> Optional[np.ndarray]:
         """``(n,)`` float64: the estimated path probability of each node of the last draft
-        (node order; the root 1.0), or ``None`` (no draft since the last observe/reset, or
-        a method without estimates: pld, ar). ``E[a + 1] = path_probs.sum()``."""
+        (node order; the root 1.0), or ``None`` (no estimates attached, no draft since the
+        last observe/reset, or a method without estimates: pld, ar).
+        ``E[a + 1] = path_probs.sum()``."""
         self._check_intact()
-        return None if self._last is None else np.array(self._last.path, dtype=np.float64)
+        return None if self.estimator is None else self.estimator.path_probs()
 
     @property
     def expected_tokens(self) -> Optional[float]:
         """``E[a + 1] = 1 + sum of the last draft's path probabilities`` (root excluded),
         or ``None`` as for ``path_probs``."""
         self._check_intact()
-        return None if self._last is None else self._last.expected_tokens()
+        return None if self.estimator is None else self.estimator.expected_tokens()
 
-    def acceptance_stats(self) -> dict:
+    def acceptance_stats(self) -> Optional[dict]:
         """The estimates' integer counts and the calibration record: ``seen`` and
         ``accepted`` per bucket (``NUM_BUCKETS``), ``calibration_seen``,
         ``calibration_accepted`` and ``calibration_predicted`` (sum of the predictions)
-        per bin of predicted probability (10 bins of 0.1), and ``num_labels``."""
+        per bin of predicted probability (10 bins of 0.1), and ``num_labels``; ``None``
+        when no estimates are attached."""
         self._check_intact()
-        e = self.estimates
-        return dict(seen=list(e.seen), accepted=list(e.accepted),
-                    calibration_seen=list(e.calibration_seen),
-                    calibration_accepted=list(e.calibration_accepted),
-                    calibration_predicted=list(e.calibration_predicted),
-                    num_labels=e.num_labels)
+        return None if self.estimator is None else self.estimator.stats()
 
     @property
     def automaton_nodes(self) -> int:
@@ -409,8 +409,8 @@ class Drafter:
             self.table.reset()
         self.history = []
         self.num_committed = 0
-        self.estimates.reset()
-        self._last = None
+        if self.estimator is not None:
+            self.estimator.reset()
         self._torn = False
 
     def __repr__(self) -> str:

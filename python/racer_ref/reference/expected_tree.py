@@ -58,7 +58,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racer_ref.reference.draft_tree import TreeBuilder
+from racer_ref.reference.draft_tree import TreeBuilder, build_trusted
 from racer_ref.tree import SOURCE_LOGITS, SOURCE_RETRIEVAL, DraftTree
 
 # ------------------------------------------------------------------------------ buckets
@@ -228,7 +228,7 @@ def candidate_children(token: int, link: int, trie: RetrievalTrie, table: Any,
     if root_row is not None and link == 0:
         row: Sequence[int] = root_row
     else:
-        row = [] if table is None else table.row(token)
+        row = [] if table is None else table.row_trusted(token)
     for rank, t in enumerate(row):
         for cand in out:
             if cand[0] == t:
@@ -293,7 +293,7 @@ def build_expected_tree(root: int, capacity: int, trie: RetrievalTrie, table: An
     Returns:
         ``(tree, annotation)``; ``annotation.path[i]`` is node i's path probability.
     """
-    builder = TreeBuilder(root, capacity)
+    builder = TreeBuilder.trusted(root, capacity)
     # Per created node (creation order): trie node, conditional estimate, path probability.
     links, cond, path = [0], [1.0], [1.0]
     heap: List[tuple] = []
@@ -425,6 +425,64 @@ def learn(ann: Annotation, tokens: Sequence[int], topk: np.ndarray, table: Any,
             estimates.record(_bucket(cand, ann.links[u], ann.trie, depth), cand[0] == choice)
             count += 1
     return count
+
+
+
+class Estimator:
+    """A drafter's acceptance estimates and its last draft's annotation (the Rust core's
+    ``expected_tree::Estimator``): what ``tree="expected"`` and ``capacity="auto"``
+    attach to a drafter (``Drafter.attach_estimator()``). The paper's step never runs it.
+
+    A drafter with an estimator drafts through ``draft`` (this step's tree, annotated or
+    chosen by path probability) and hands every ``observe()`` to ``learn`` first.
+    """
+
+    def __init__(self) -> None:
+        self.estimates = AcceptanceEstimates()
+        # The last draft's annotation, until the observe() call about it.
+        self.last: Optional[Annotation] = None
+
+    def draft(self, root: int, capacity: int, paths: List[List[int]], freqs: List[List[int]],
+              table: Any, root_row: Optional[Sequence[int]], expected: bool) -> DraftTree:
+        """This step's tree (arguments checked by the drafter): with ``expected`` the
+        ``capacity`` nodes of highest path probability, else the paper's merge of
+        ``paths`` and the logits tree; either way annotated for ``learn``."""
+        trie = RetrievalTrie(root, paths, freqs)
+        if expected:
+            tree, self.last = build_expected_tree(root, capacity, trie, table, root_row, self.estimates)
+            return tree
+        tree = build_trusted(root, capacity, paths, table, root_row)
+        self.last = annotate(tree, trie, table, root_row, self.estimates)
+        return tree
+
+    def learn(self, tokens: Sequence[int], topk: np.ndarray, table: Any) -> None:
+        """Learn from the rows of one ``observe()`` call if they are about the last draft
+        (before the table takes them); the last draft is learned from once."""
+        last, self.last = self.last, None
+        if last is not None:
+            learn(last, tokens, topk, table, self.estimates)
+
+    def path_probs(self) -> Optional[np.ndarray]:
+        """``(n,)`` float64 path probabilities of the last draft's nodes, or ``None``."""
+        return None if self.last is None else np.array(self.last.path, dtype=np.float64)
+
+    def expected_tokens(self) -> Optional[float]:
+        """``E[a + 1]`` of the last draft, or ``None``."""
+        return None if self.last is None else self.last.expected_tokens()
+
+    def stats(self) -> dict:
+        """The integer counts and the calibration record (``Drafter.acceptance_stats``)."""
+        e = self.estimates
+        return dict(seen=list(e.seen), accepted=list(e.accepted),
+                    calibration_seen=list(e.calibration_seen),
+                    calibration_accepted=list(e.calibration_accepted),
+                    calibration_predicted=list(e.calibration_predicted),
+                    num_labels=e.num_labels)
+
+    def reset(self) -> None:
+        """Forget what was learned and the last draft."""
+        self.estimates.reset()
+        self.last = None
 
 
 if __name__ == "__main__":

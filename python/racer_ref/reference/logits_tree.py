@@ -44,7 +44,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional, Sequence
 
-from racer_ref.tree import SOURCE_LOGITS
+#: What ``tree.offer(parent, token)`` answers (the Rust core's ``Offer``): a new node, a
+#: retrieval node it merged into (now "both", free), or a node the logits tree had already
+#: put in (the same id twice in one row: skipped).
+ADDED, MERGED, REPEATED = "added", "merged", "repeated"
 
 
 def child_breadth(b: int, j: int, parent_is_root: bool) -> int:
@@ -63,9 +66,13 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
 
     Args:
         tree: a ``racer_ref.reference.draft_tree.TreeBuilder`` holding at least the root
-            (node 0), possibly the retrieval tree too. It is modified in place.
+            (node 0), possibly the retrieval tree too. It is modified in place through
+            ``tree.is_full()``, ``tree.tokens`` and ``tree.offer(parent, token)`` (the
+            Rust core's ``GrowInto`` trait).
         table: a ``CopyLogitTable``; node ``v`` is expanded from ``table.row(v)``.
         root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
+
+    Everything was checked by the caller (``build_draft_tree`` or the drafter).
     """
     # The breadth-first queue holds (node, breadth). The root starts with breadth k.
     queue = deque([(0, table.k)])
@@ -74,9 +81,10 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
         # Which ids are this node's candidate children? Normally its table row...
         if node == 0 and root_topk is not None:
             # ...but in last-logit mode the root uses the logits that produced it.
-            row = list(root_topk)
+            row = root_topk
         else:
-            row = table.row(tree.tokens[node])
+            # (every token of the tree was checked when it went in: no checks here)
+            row = table.row_trusted(tree.tokens[node])
         # Only the first b ranks become children (an unseen token has an empty row).
         for j, token in enumerate(row[:b]):
             # The tree is full: every later candidate is cut off, existing ones included.
@@ -84,19 +92,11 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
                 return
             # Eq. 3: the breadth this child will expand with.
             breadth = child_breadth(b, j, parent_is_root=(node == 0))
-            child, had = tree.insert_child(node, token, SOURCE_LOGITS)
-            if child is None:
-                # Not in the tree and no room for it (cannot happen right after the
-                # is_full check, but we keep the two implementations step for step).
-                return
-            if had is None:
-                # A brand-new node: it cost one unit of budget; expand it later.
+            offer, child = tree.offer(node, token)
+            # A brand-new node (it cost one unit of budget), or a retrieval node that
+            # became "both" (free): expand it later. A repeated id in one row: skip it.
+            if offer != REPEATED:
                 queue.append((child, breadth))
-            elif not had & SOURCE_LOGITS:
-                # Already there from retrieval: free, and it keeps expanding.
-                queue.append((child, breadth))
-            # else: the logits tree already expanded this node (repeated id): skip it.
-
 
 if __name__ == "__main__":
     # A walkthrough: the breadth rule, then a small logits tree and a merge.

@@ -311,6 +311,10 @@ class AdaptiveDrafter(DrafterWrapper):
     def __init__(self, inner: Any, controller: CapacityController) -> None:
         super().__init__(inner)
         self.controller = controller
+        # The controller reads the drafter's acceptance estimates (beyond the paper's step).
+        attach = getattr(inner, "attach_estimator", None)
+        if attach is not None:
+            attach()
         self.predicted: List[Optional[float]] = []  # per recorded step, aligned with `steps`
 
     def reset(self) -> None:

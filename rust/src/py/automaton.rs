@@ -11,10 +11,10 @@ use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUnt
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{int_or_default, int_value, lock, type_name};
+use super::{int_or_default, int_value, lock, refuse_copy, type_name};
 use crate::automaton::{Automaton, Paths};
 use crate::error::Error;
-use crate::{check_capacity, TokenId};
+use crate::{check_capacity, TokenId, DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH, DEFAULT_NGRAM};
 
 /// Read every token of `tokens` into `out`, checking each one; nothing is committed here.
 fn read_tokens(tokens: &Bound<'_, PyAny>, out: &mut Vec<TokenId>) -> PyResult<()> {
@@ -130,9 +130,13 @@ impl PyAutomaton {
         min_border_depth: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // Read in the twin's order (ngram first: the other two ranges depend on it).
-        let ngram = int_or_default(ngram, "ngram", 10)?;
-        let max_nodes = int_or_default(max_nodes, "max_nodes", 10_000)?;
-        let min_border_depth = int_or_default(min_border_depth, "min_border_depth", 2)?;
+        let ngram = int_or_default(ngram, "ngram", DEFAULT_NGRAM as i64)?;
+        let max_nodes = int_or_default(max_nodes, "max_nodes", DEFAULT_MAX_NODES as i64)?;
+        let min_border_depth = int_or_default(
+            min_border_depth,
+            "min_border_depth",
+            DEFAULT_MIN_BORDER_DEPTH as i64,
+        )?;
         let automaton = Automaton::new(max_nodes, ngram, min_border_depth)?;
         Ok(PyAutomaton {
             max_nodes: automaton.max_nodes(),
@@ -244,6 +248,21 @@ impl PyAutomaton {
     #[getter]
     fn min_border_depth(&self) -> usize {
         self.min_border_depth
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Automaton"))
     }
 
     fn __repr__(&self) -> String {

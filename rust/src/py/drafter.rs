@@ -17,9 +17,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::{int_or_default, int_value, lock, type_name};
+use super::{int_or_default, int_value, lock, refuse_copy, type_name};
 
-use crate::copy_logit::CopyLogitTable;
+use crate::copy_logit::{check_observe, CopyLogitTable};
 use crate::draft_tree::{check_tree_token, FlatTree, TreeBuilder};
 use crate::drafter::{Drafter, DrafterConfig, Method, TreeKind};
 use crate::error::Error;
@@ -159,7 +159,8 @@ fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple
     PyTuple::new(
         py,
         [
-            PyArray1::from_slice(py, &f.tokens).into_any(),
+            // int64, as the twin's DraftTree (token ids are u32 in the core).
+            PyArray1::from_iter(py, f.tokens.iter().map(|&t| i64::from(t))).into_any(),
             PyArray1::from_slice(py, &f.parents).into_any(),
             PyArray1::from_slice(py, &f.depths).into_any(),
             mask.to_pyarray(py).into_any(),
@@ -167,6 +168,12 @@ fn tree_to_py<'py>(py: Python<'py>, f: &FlatTree) -> PyResult<Bound<'py, PyTuple
             PyArray1::from_slice(py, &f.sources).into_any(),
         ],
     )
+}
+
+/// Token ids the core's checks accepted (all in `[0, vocab_size)`), as [`TokenId`]s. The
+/// top-k columns past `k` are never read; their values may wrap.
+fn checked_ids(values: &[i64]) -> Vec<TokenId> {
+    values.iter().map(|&v| v as TokenId).collect()
 }
 
 /// `(token_ids, topk_ids)` of an observe call, converted and shape-checked for rank.
@@ -238,9 +245,18 @@ impl PyCopyLogitTable {
     fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self
-            .table()?
-            .observe(tokens.values(), topk.values(), shape)?)
+        let mut table = self.table()?;
+        // Checked once, on the values as Python gave them (negative ones included).
+        check_observe(
+            tokens.values(),
+            topk.values(),
+            shape,
+            table.vocab_size(),
+            table.k(),
+        )?;
+        let (tokens, topk) = (checked_ids(tokens.values()), checked_ids(topk.values()));
+        table.observe_trusted(&tokens, &topk, shape);
+        Ok(())
     }
 
     /// Row `token` as a list (empty if never seen or outside the vocabulary).
@@ -263,6 +279,21 @@ impl PyCopyLogitTable {
     fn reset(&self) -> PyResult<()> {
         self.table()?.reset();
         Ok(())
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("CopyLogitTable"))
     }
 
     fn __repr__(&self) -> String {
@@ -455,19 +486,34 @@ impl PyDrafter {
     #[getter]
     fn path_probs<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray1<f64>>>> {
         let d = self.drafter()?;
-        Ok(d.last_annotation().map(|a| PyArray1::from_slice(py, &a.path)))
+        let last = d.estimator().and_then(|e| e.last_annotation());
+        Ok(last.map(|a| PyArray1::from_slice(py, &a.path)))
     }
 
     /// `E[a + 1]` of the last draft, or None.
     #[getter]
     fn expected_tokens(&self) -> PyResult<Option<f64>> {
-        Ok(self.drafter()?.last_annotation().map(|a| a.expected_tokens()))
+        let d = self.drafter()?;
+        let last = d.estimator().and_then(|e| e.last_annotation());
+        Ok(last.map(|a| a.expected_tokens()))
     }
 
-    /// The estimates' counts and calibration record, as a dict of lists.
-    fn acceptance_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    /// Attach the acceptance estimates (see the core's `Drafter::attach_estimator`).
+    fn attach_estimator(&self) -> PyResult<()> {
+        self.drafter()?.attach_estimator();
+        Ok(())
+    }
+
+    /// The estimates' counts and calibration record, as a dict of lists; None when no
+    /// estimates are attached.
+    fn acceptance_stats<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
         let d = self.drafter()?;
-        let e = d.estimates();
+        let Some(e) = d.estimator().map(|e| e.estimates()) else {
+            return Ok(None);
+        };
         let out = pyo3::types::PyDict::new(py);
         out.set_item("seen", e.seen.to_vec())?;
         out.set_item("accepted", e.accepted.to_vec())?;
@@ -475,7 +521,7 @@ impl PyDrafter {
         out.set_item("calibration_accepted", e.calibration_accepted.to_vec())?;
         out.set_item("calibration_predicted", e.calibration_predicted.to_vec())?;
         out.set_item("num_labels", e.num_labels)?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Tokens committed since the last reset.
@@ -494,15 +540,21 @@ impl PyDrafter {
     fn observe(&self, token_ids: &Bound<'_, PyAny>, topk_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let (tokens, topk) = observe_args(token_ids, topk_ids)?;
         let shape = [topk.shape[0], topk.shape[1]];
-        Ok(self
-            .drafter()?
-            .observe(tokens.values(), topk.values(), shape)?)
+        let mut drafter = self.drafter()?;
+        // Checked once, on the values as Python gave them (negative ones included).
+        drafter.check_observe(tokens.values(), topk.values(), shape)?;
+        let (tokens, topk) = (checked_ids(tokens.values()), checked_ids(topk.values()));
+        drafter.observe_trusted(&tokens, &topk, shape);
+        Ok(())
     }
 
     /// Commit output tokens: `token_ids` (n,) ints.
     fn commit(&self, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = int_array(token_ids, "token_ids", 1)?;
-        Ok(self.drafter()?.commit(tokens.values())?)
+        let mut drafter = self.drafter()?;
+        drafter.check_commit(tokens.values())?;
+        drafter.commit_trusted(&checked_ids(tokens.values()));
+        Ok(())
     }
 
     /// Build this step's draft tree; returns the six `DraftTree` arrays as a tuple.
@@ -523,7 +575,10 @@ impl PyDrafter {
             .map(|rt| int_array(rt, "last_topk", 1))
             .transpose()?;
         let mut drafter = self.drafter()?;
-        let flat = drafter.draft_at(root, last_topk.as_ref().map(IntArg::values), capacity)?;
+        let last_topk = last_topk.as_ref().map(IntArg::values);
+        let (root, capacity) = drafter.check_draft(root, last_topk, capacity)?;
+        let last_topk = last_topk.map(checked_ids);
+        let flat = drafter.draft_trusted(root, last_topk.as_deref(), capacity)?;
         tree_to_py(py, flat)
     }
 
@@ -546,6 +601,21 @@ impl PyDrafter {
     fn reset(&self) -> PyResult<()> {
         self.drafter()?.reset();
         Ok(())
+    }
+
+    /// `copy.copy` is refused (see [`super::refuse_copy`]).
+    fn __copy__(&self) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
+    }
+
+    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
+    }
+
+    /// `pickle` is refused (see [`super::refuse_copy`]).
+    fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(refuse_copy("Drafter"))
     }
 
     fn __repr__(&self) -> String {

@@ -55,6 +55,16 @@ pub(crate) fn lock<'a, T>(inner: &'a Mutex<T>, class: &str) -> PyResult<MutexGua
     })
 }
 
+/// The `TypeError` that `copy.copy`, `copy.deepcopy` and `pickle` get (the twin's
+/// `limits.refuse_copy`, word for word): an object holds one request's state, and a copy
+/// sharing it (or its lock) would defeat the in-use guard.
+pub(crate) fn refuse_copy(class: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{class}: cannot be copied or pickled (it holds one request's drafting state); \
+         build a new {class} with the same settings instead"
+    ))
+}
+
 /// The Python type name of `obj`, for messages.
 pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
