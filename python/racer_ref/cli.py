@@ -219,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all); "
                         "NAME@C runs a tree method at capacity C (e.g. racer@16,racer@auto)")
     src = b.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", choices=DATASETS, help="a named prompt set")
+    src.add_argument("--dataset", choices=DATASETS,
+                     help="a named prompt set; gsm8k-long: the long-context set (GSM8K few-shot prompts "
+                          "of 1,000-4,000 tokens)")
     src.add_argument("--questions", metavar="PATH",
                      help="a JSONL (Spec-Bench / MT-Bench / GSM8K / HumanEval format) or MGSM TSV file")
     b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category; default: all)")
