@@ -50,6 +50,20 @@ def test_parser_defaults_and_choices():
     assert args.cpu_kernels == "auto"
 
 
+def test_every_option_with_a_default_shows_it_in_help():
+    import argparse
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = [f"{name} {action.option_strings[0]}" for name, sub in commands.items() for action in sub._actions
+              if action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+              and "default" not in (action.help or "")]
+    assert silent == []
+    assert "(default 128)" in commands["generate"].format_help()
+    assert "(default racer)" in commands["generate"].format_help()
+    assert "(default 96)" in commands["demo"].format_help()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--capacity", "0", "hi"], "capacity: expected an integer in [1, 4096] or 'auto'"),
     (["generate", "--method", "hf-pld", "hi"], "invalid choice: 'hf-pld'"),
@@ -136,6 +150,50 @@ def test_bench_writes_results_and_summary(model_dir, tmp_path, capsys):
     assert "### Overall" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no results.jsonl"):
         cli.main(["summarize", str(tmp_path)])
+
+
+@pytest.fixture
+def transformers_log():
+    """The records transformers logs at WARNING or above during the test (its ``warning_once``
+    memory cleared first, so that a message an earlier test caused counts again)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()
+    records: list = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_plain_runs_print_no_warnings(tokenizer, tmp_path, capsys, transformers_log):
+    """generate, bench and demo with plain settings: no Python warning and nothing logged by
+    transformers (it warned about a missing attention mask on every call once, for a model
+    whose pad token is its EOS token, as the default model's)."""
+    import warnings
+
+    folder = tmp_path / "tiny-eos"
+    tiny = tiny_model("llama", vocab_size=len(tokenizer), seed=2, scale=4.0, max_positions=512,
+                      eos_token_id=tokenizer.eos_token_id)  # pad token = EOS token
+    tiny.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model = ["--model", str(folder), "--device", "cpu", "--capacity", "8"]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "a", "turns": ["Say one thing."]}) + "\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(["generate", "--max-new-tokens", "6", *model, "Tell me a story."]) == 0
+        assert cli.main(["bench", "--methods", "ar,hf-greedy,hf-pld,racer", "--questions", str(questions),
+                         "--max-new-tokens", "6", "--out", str(tmp_path / "out"), "--no-progress", "--no-plots",
+                         *model]) == 0
+        assert cli.main(["demo", "--max-new-tokens", "4", *model]) == 0
+    assert "output identical: yes" in capsys.readouterr().out
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+    assert [r.getMessage() for r in transformers_log] == []
 
 
 def test_bench_reports_data_errors_without_a_traceback(tmp_path):

@@ -37,3 +37,14 @@ def test_commands_name_the_extra_without_torch(without_torch, argv):
         cli.main(argv)
     assert str(exc.value) == (f"racer-ref {argv[0]}: error: racer-ref {argv[0]} needs torch, which the core "
                               "install of racer-ref leaves out: pip install 'racer-ref[hf]'")
+
+
+def test_importing_the_hf_integration_without_torch_names_the_extra():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+            "try:\n    import racer_ref.hf\nexcept ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ("racer_ref.hf needs torch, which the core install of racer-ref leaves out: "
+                           "pip install 'racer-ref[hf]'")

@@ -267,6 +267,23 @@ def test_stop_strings_eos_max_time_and_own_criteria():
                              stopping_criteria=StoppingCriteriaList([AtToken()])), expected)
 
 
+def test_stop_strings_with_the_tokenizer_given_to_generate():
+    """``generate(stop_strings=[...], tokenizer=tok)``, the usual way to pass stop strings:
+    transformers 5 lost the tokenizer for a callable ``custom_generate`` and refused."""
+    m, tokenizer = model(), char_tokenizer()
+    stop = tokenizer.decode(baseline())[9:11]
+    expected = plain(m, max_new_tokens=NEW, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+    assert len(PROMPT) < expected.shape[1] <= len(PROMPT) + 11
+    assert tokenizer.decode(expected[0, len(PROMPT):]).endswith(stop)
+    out = racer(m, max_new_tokens=NEW, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+    assert torch.equal(out, expected)
+    bound = functools.partial(racer_decoding, capacity=8)
+    assert torch.equal(plain(m, max_new_tokens=NEW, do_sample=False, stop_strings=[stop], tokenizer=tokenizer,
+                             custom_generate=bound), expected)
+    with pytest.raises(ValueError, match="could not locate a tokenizer"):  # still transformers' own check
+        racer(m, max_new_tokens=NEW, do_sample=False, stop_strings=[stop])
+
+
 class Recorder:
     def __init__(self):
         self.puts: List[List[int]] = []

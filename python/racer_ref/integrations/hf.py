@@ -21,12 +21,21 @@ first: ``functools.partial(racer_decoding, capacity=32)``.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-import torch
-from transformers.generation.utils import GenerateDecoderOnlyOutput
+from racer_ref import missing_hf_extra
+
+try:
+    import torch
+    from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerationMixin
+except ModuleNotFoundError as _exc:  # the core install: say which extra brings torch
+    _missing = missing_hf_extra("racer_ref.hf")
+    if _missing is None:
+        raise
+    raise _missing from _exc
 
 from racer_ref.decoding import generate
 from racer_ref.options import make_cache
@@ -79,6 +88,32 @@ class _AfterPrompt:
 
     def end(self) -> None:
         self.streamer.end()
+
+
+def _keep_tokenizer_for_racer_decoding() -> None:
+    """Let ``generate(stop_strings=..., tokenizer=tok, custom_generate=racer_decoding)`` work.
+
+    transformers 5 sets ``generate()``'s ``tokenizer`` aside and then, for a callable
+    ``custom_generate``, keeps only that callable's own keywords, so the tokenizer is lost
+    before transformers builds its stop-string criterion ("could not locate a tokenizer").
+    We wrap ``GenerationMixin._extract_generation_mode_kwargs`` once to put the tokenizer
+    back for :func:`racer_decoding` (or a ``functools.partial`` of it) only; every other
+    call is unchanged. transformers versions without that method need nothing.
+    """
+    original = getattr(GenerationMixin, "_extract_generation_mode_kwargs", None)
+    if original is None or getattr(original, "racer_keeps_tokenizer", False):
+        return
+
+    @functools.wraps(original)
+    def extract(self: Any, custom_generate: Any, kwargs: Dict[str, Any], *args: Any, **kw: Any) -> Dict[str, Any]:
+        tokenizer = kwargs.get("tokenizer")
+        out = original(self, custom_generate, kwargs, *args, **kw)
+        if tokenizer is not None and racer_decoding in (custom_generate, getattr(custom_generate, "func", None)):
+            out.setdefault("tokenizer", tokenizer)
+        return out
+
+    extract.racer_keeps_tokenizer = True  # type: ignore[attr-defined]
+    GenerationMixin._extract_generation_mode_kwargs = extract  # type: ignore[method-assign]
 
 
 def _generate_frame_locals() -> Dict[str, Any]:
@@ -142,6 +177,7 @@ def racer_decoding(
     backend: Optional[str] = None,
     drafter: Any = None,
     observe_rejected: Optional[bool] = None,
+    tokenizer: Any = None,
     **model_kwargs: Any,
 ) -> Any:
     """RACER decoding for ``model.generate(custom_generate=racer_decoding)``.
@@ -160,6 +196,8 @@ def racer_decoding(
         generation_config: the prepared ``GenerationConfig``; ``do_sample`` picks lossless
             sampling (from the processed scores) or greedy decoding (their argmax).
         streamer: a transformers streamer; it gets each accepted block.
+        tokenizer: ``generate()``'s ``tokenizer``; transformers has already built the
+            stop-string criterion in ``stopping_criteria`` with it.
 
     Returns:
         ``(1, P + N)`` int64 on ``input_ids``' device, as ``model.generate``; with
@@ -222,3 +260,6 @@ def racer_decoding(
         mean_accepted_tokens=result.mean_accepted_tokens,
         timings=dict(result.timings),
     )
+
+
+_keep_tokenizer_for_racer_decoding()

@@ -213,7 +213,9 @@ def processors_from_generation_config(model: Any, prompt_ids: Any, generation_co
     config.validate()
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=model.device).reshape(1, -1)  # (1, P)
     # Turns eos_token_id & co. into the tensors the processors read (private, 4.56 to 5.x).
-    model._prepare_special_tokens(config, kwargs_has_attention_mask=False, device=model.device)
+    # One sequence, no padding: as if its all-ones mask were given (False made transformers
+    # warn about a missing attention mask on every call).
+    model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=model.device)
     return model._get_logits_processor(generation_config=config, input_ids_seq_length=prompt.shape[1],
                                        encoder_input_ids=prompt, prefix_allowed_tokens_fn=None,
                                        logits_processor=transformers.LogitsProcessorList(),
