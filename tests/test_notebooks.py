@@ -95,6 +95,10 @@ def test_notebook_carries_the_page_prose_and_every_line_of_code(tutorial):
     page = next((REPO / "docs" / "tutorials").glob(f"{tutorial.name[:2]}-*.md")).read_text(encoding="utf-8")
     for heading in re.findall(r"^## .*$", page, re.M):
         assert heading in prose, f"{notebook_of(tutorial).name}: page heading {heading!r} missing"
+    # The page's figures travel as PNG attachments of the cell that shows them.
+    for cell in nb["cells"]:
+        for name in re.findall(r"\(attachment:([\w-]+\.png)\)", "".join(cell["source"])):
+            assert cell.get("attachments", {}).get(name, {}).get("image/png"), f"{name} not attached"
     # Code cells alternate with prose: more than a script cut into cells.
     assert sum(c["cell_type"] == "markdown" for c in nb["cells"]) >= 3
 

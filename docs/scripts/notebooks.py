@@ -15,7 +15,7 @@ it and check it against greedy decoding, and ``--execute-all`` runs it here too.
 
     python docs/scripts/notebooks.py                 # or: make notebooks
     python docs/scripts/notebooks.py --check         # exit 1 if a notebook is out of date
-    python docs/scripts/notebooks.py --no-execute    # cells only (outputs kept from before)
+    python docs/scripts/notebooks.py --keep-outputs  # prose changed only: keep the outputs
 
 The wheel: the install cell reads the location of the racer-ref wheel from the environment
 variable ``RACER_REF_WHEEL``, else from ``RACER_REF_WHEEL_DEFAULT`` below, the one place a
@@ -146,14 +146,15 @@ def markdown(text: str) -> str:
     text = LINK.sub(lambda m: notebook_link(m.group(1), m.group(2)), text)
 
     def figure(m: "re.Match") -> str:
-        alt = re.search(r"!\[([^\]]*)\]", m.group(0)).group(1)
-        caption = re.sub(r"<[^>]+>", "", (re.search(r"<figcaption>(.*?)</figcaption>", m.group(0), re.S) or
-                                          re.search(r"()", ""))[1]).strip()
-        caption = " ".join(caption.split())
-        return f"> **Figure** (drawn on the documentation site): {alt}." + (f" {caption}" if caption else "")
+        alt, src = re.search(r"!\[([^\]]*)\]\(([^)]*)\)", m.group(0)).groups()
+        caption = re.search(r"<figcaption>(.*?)</figcaption>", m.group(0), re.S)
+        caption = " ".join(re.sub(r"<[^>]+>", "", caption.group(1)).split()) if caption else ""
+        # The site draws its figures at build time; the notebook carries them as attachments.
+        image = f"![{alt}](attachment:{Path(src).stem}.png)"
+        return image + (f"\n\n*{caption}*" if caption else "")
 
     text = re.sub(r"<figure markdown>.*?</figure>", figure, text, flags=re.S)
-    text = re.sub(r"^!\[[^\]]*\]\([^)]*\)$", figure, text, flags=re.M)
+    text = re.sub(r"^!\[[^\]]*\]\((?!attachment:)[^)]*\)$", figure, text, flags=re.M)
     out: List[str] = []
     lines = text.split("\n")
     i = 0
@@ -242,6 +243,10 @@ def cells_of(nb: nbformat.NotebookNode) -> list:
     return [(c.cell_type, c.source) for c in nb.cells]
 
 
+def code_of(nb: nbformat.NotebookNode) -> list:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
 def recorded_outputs(nb: nbformat.NotebookNode, tutorial: Path) -> None:
     """Fill the outputs of ``nb`` from the tutorial's transcript: each code cell gets the
     sections ("── N.") that its code prints."""
@@ -279,7 +284,39 @@ def execute(nb: nbformat.NotebookNode, timeout: int = TIMEOUT) -> nbformat.Noteb
     return run
 
 
+def attach_figures(nb: nbformat.NotebookNode) -> None:
+    """Attach the PNG of every site figure a Markdown cell shows (``attachment:NAME.png``),
+    drawn by docs/hooks/figures.py as for the site."""
+    import base64
+    import importlib.util
+    import io
+
+    names = {name for cell in nb.cells if cell.cell_type == "markdown"
+             for name in re.findall(r"\(attachment:([\w-]+)\.png\)", cell.source)}
+    if not names:
+        return
+    spec = importlib.util.spec_from_file_location("site_figures", ROOT / "docs" / "hooks" / "figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    figures._importable()
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+    for name in sorted(names):
+        fig = figures.FIGURES[f"figures/{name}.svg"]()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", facecolor="white",
+                    metadata={"Software": None})
+        plt.close(fig)
+        drawn[name] = base64.b64encode(buf.getvalue()).decode("ascii")
+    for cell in nb.cells:
+        found = re.findall(r"\(attachment:([\w-]+)\.png\)", cell.source) if cell.cell_type == "markdown" else []
+        if found:
+            cell.attachments = {f"{n}.png": {"image/png": drawn[n]} for n in found}
+
+
 def write(nb: nbformat.NotebookNode) -> str:
+    attach_figures(nb)
     return nbformat.writes(nb) + "\n"
 
 
@@ -287,7 +324,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="only report notebooks whose cells are out of date or never executed")
-    parser.add_argument("--no-execute", action="store_true", help="write the cells, keep the old outputs")
+    parser.add_argument("--no-execute", action="store_true", help="write the cells without outputs")
+    parser.add_argument("--keep-outputs", action="store_true",
+                        help="prose changed only: reuse the outputs of a notebook whose code cells are unchanged")
     parser.add_argument("--execute-all", action="store_true", help=f"execute {sorted(RECORDED)} too")
     parser.add_argument("--only", nargs="*", default=None, help="tutorial numbers, e.g. 03 07")
     parser.add_argument("--out", type=Path, default=NOTEBOOKS, help="folder (default notebooks/)")
@@ -310,6 +349,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if old is not None and cells_of(old) == cells_of(fresh):
                 continue
             result = fresh
+        elif args.keep_outputs and old is not None and code_of(old) == code_of(fresh) and all(
+                c.execution_count for c in old.cells if c.cell_type == "code"):
+            result = copy.deepcopy(fresh)
+            executed = iter([c for c in old.cells if c.cell_type == "code"])
+            for cell in result.cells:
+                if cell.cell_type == "code":
+                    done = next(executed)
+                    cell.outputs, cell.execution_count = done.outputs, done.execution_count
+            result.metadata = old.metadata
         elif number(tutorial) in RECORDED and not args.execute_all:
             result = copy.deepcopy(fresh)
             recorded_outputs(result, tutorial)
