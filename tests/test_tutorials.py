@@ -3,7 +3,7 @@
 * Each ``tutorials/NN_*.py`` runs in a fresh interpreter (as a student would run it) within a
   time limit and exits 0; the tutorials assert their own claims as they go. Tutorials 07
   and 08 (minutes on a loaded CPU) run as their notebook instead, in a fresh Jupyter kernel:
-  the same code, executed once (test_notebooks.py runs the notebooks of 01-06).
+  the same code, executed once.
 * Its output must equal the committed transcript ``tutorials/transcripts/NN_*.txt`` that the
   docs page shows (``@output``): exactly for the deterministic tutorials; for those that run
   a model (timings, and greedy text that may differ in a near-tie between CPUs) the section
