@@ -2,18 +2,22 @@
 
 **What you will learn**
 
+* eviction in brief: the trie has room for `max_nodes` nodes, and when it is full the least
+  recently used leaf makes room (tutorial 4 shows how that is done in O(1));
 * why RACER's trie needs failure links that follow a trie changing at every token;
 * the textbook *eager* Aho-Corasick build (breadth-first over the whole trie), and why
   rebuilding it at every step is too slow;
 * how a failure link goes stale: a node is created or evicted that changes "the longest
   suffix present";
+* the *epoch cache*: one counter per token value, bumped when a node ending with that token
+  is created or evicted; a cached link is valid while its stamp equals its token's counter;
 * that racer-ref's *lazy* links (computed on demand, cached, invalidated per token value)
   always equal an eager build, while computing only a few links per step.
 
 Run it with `python tutorials/03_lazy_failure_links.py` (a few seconds; no model needed).
 """
 
-# --8<-- [start:eager]
+# --8<-- [start:evict]
 import re
 from collections import deque
 
@@ -35,6 +39,27 @@ def links(automaton):
     return {ids(m.group(1)): ids(m.group(3)) for m in map(STATE.match, automaton.dump().splitlines()) if m}
 
 
+# Eviction, in brief. The trie has room for max_nodes nodes. Every commit *touches* the
+# nodes of its open windows (tutorial 1): they become the most recently used. When a new
+# node is needed and the trie is full, the least recently used node is recycled, and it is
+# always a leaf: a node is touched right before its parent, so a parent is never less
+# recent than its children (tutorial 4 keeps the recency order in a linked list, O(1)).
+automaton = Automaton(max_nodes=5, ngram=3)
+print("── 1. Eviction: a 5-node trie (ngram = 3), one commit at a time")
+before = set()
+for letter in "abcabd":
+    automaton.extend([LETTERS.index(letter)])
+    after = set(links(automaton))
+    created = sorted(show(s) for s in after - before)
+    evicted = sorted(show(s) for s in before - after)
+    print(f"  commit {letter}: nodes {' '.join(sorted(show(s) for s in after)):<18} "
+          f"created {', '.join(created) or '-':<10} evicted {', '.join(evicted) or '-'}")
+    assert len(automaton) <= 5
+    before = after
+# --8<-- [end:evict]
+
+
+# --8<-- [start:eager]
 # The textbook build: visit the trie breadth-first, so that a node's parent (and every
 # shorter string) already has its link; then apply the recurrence of tutorial 2. It touches
 # every node: O(len(trie)) per rebuild.
@@ -79,17 +104,67 @@ for step, t in enumerate(stream):
     # The lazy links always equal a fresh eager build over the current trie.
     assert after == eager_failure_links(set(after)), f"stale failure link at step {step}"
     before = after
-print(f"── 1. Failure links change as the trie changes (first 6 of {len(events)} changes)")
+print(f"\n── 2. Failure links change as the trie changes (first 6 of {len(events)} changes)")
 print("\n".join(events[:6]))
 print(f"  after each of the {len(stream)} commits, lazy links == eager build: True")
 # --8<-- [end:stale]
+
+# --8<-- [start:epoch]
+# The epoch cache. fail(s) depends only on which proper suffixes of s are in the trie, and
+# every non-empty suffix of s ends with s's last token. So a link can only go stale when a
+# node ending with that token is created or evicted. One counter (an epoch) per token value,
+# bumped by each such change; a cached link stays valid while its stamp equals the current
+# epoch of its token. (The automaton shares 1,024 counters, token t using t % 1024: sharing
+# only costs extra recomputation, never a wrong link.)
+class EpochCache:
+    """Lazy failure links: computed on demand by the recurrence, cached with an epoch."""
+
+    def __init__(self):
+        self.epochs = {}  # token -> how many nodes ending with it were created or evicted
+        self.cache = {}   # string -> (its link, the epoch of its last token back then)
+        self.hits = self.computed = 0
+
+    def changed(self, token):
+        """A node ending with `token` was created or evicted."""
+        self.epochs[token] = self.epochs.get(token, 0) + 1
+
+    def fail(self, s, nodes):
+        epoch = self.epochs.get(s[-1], 0)
+        if s in self.cache and self.cache[s][1] == epoch:
+            self.hits += 1
+            return self.cache[s][0]
+        self.computed += 1
+        link = ()
+        if len(s) > 1:  # the recurrence of tutorial 2, asking the cache for shorter links
+            f = self.fail(s[:-1], nodes)
+            while f + s[-1:] not in nodes and f != ():
+                f = self.fail(f, nodes)
+            link = f + s[-1:] if f + s[-1:] in nodes else ()
+        self.cache[s] = (link, epoch)
+        return link
+
+
+# The same 200 commits as above. After each, the created and evicted nodes bump their
+# token's epoch; then we ask for every link and compare with the eager build.
+automaton, lazy, nodes = Automaton(max_nodes=6, ngram=5), EpochCache(), set()
+for t in stream:
+    automaton.extend([t])
+    now = set(links(automaton))
+    for s in now ^ nodes:  # created or evicted by this commit
+        lazy.changed(s[-1])
+    nodes = now
+    assert {s: lazy.fail(s, nodes) for s in nodes} == eager_failure_links(nodes)
+print("\n── 3. The epoch cache, on the same 200 commits (every link asked after each)")
+print(f"  links computed: {lazy.computed}, served from the cache: {lazy.hits}; "
+      f"all equal the eager build: True")
+# --8<-- [end:epoch]
 
 # --8<-- [start:often]
 # How often is a link anything but "drop the first token" (tutorial 2)? The open windows
 # insert every suffix of a string with it and touch it after it, so the LRU evicts longer
 # strings first. Only a trie too small for one step's windows (ngram = 10 touches up to
 # 1 + 2 + ... + 10 = 55 nodes per token) evicts a suffix that a longer string still needs.
-print("\n── 2. Links that are not 'drop the first token' (ngram = 10, 1,000 tokens of 3 letters)")
+print("\n── 4. Links that are not 'drop the first token' (ngram = 10, 1,000 tokens of 3 letters)")
 stream = rng.integers(0, 3, size=1_000).tolist()
 for max_nodes in (20, 100):
     automaton = Automaton(max_nodes=max_nodes, ngram=10)
@@ -118,7 +193,7 @@ for t in stream:
     automaton.extend([t])
 stats = automaton.stats()
 computed = stats["fail_misses"]
-print("\n── 3. Work per decoding step,", len(stream), "steps, max_nodes = 2,000, ngram = 10")
+print("\n── 5. Work per decoding step,", len(stream), "steps, max_nodes = 2,000, ngram = 10")
 print(f"  eager rebuild each step: {eager_visits / len(stream):8.1f} links computed per step")
 print(f"  lazy, cached:            {computed / len(stream):8.1f} links computed per step "
       f"({stats['fail_hits'] / len(stream):.1f} cache hits)")

@@ -4,8 +4,13 @@ Every figure is computed by racer-ref's Python twin (or read from committed benc
 results) and drawn with matplotlib into an SVG that is added to the site as a generated
 file; nothing is committed as an image, so a figure cannot show an outdated algorithm.
 
-    figures/trie-failure-links.svg   the automaton of "abcabdab" (ngram 3), failure links,
+    figures/trie-failure-links.svg   the automaton of "abcabdab" (ngram 3): the trie, and its
+                                     failure links drawn as the tree they form, with the
                                      matching state, failure chain and borders for root 'c'
+    figures/lru-list.svg             a full trie with recency ranks and its doubly linked
+                                     recency list (head = most recent, tail = leaf evicted next)
+    figures/kv-cache-step.svg        one verify pass in the KV cache: prefix + tree tokens, then
+                                     the accepted path gathered into consecutive slots
     figures/logits-tree-shape.svg    the logits tree of Eq. 3 (k = 8, C = 64, distinct tokens)
     figures/draft-tree.svg           a merged draft tree: sources and the accepted path
     figures/tree-mask.svg            its tree attention mask
@@ -87,72 +92,227 @@ def to_svg(fig) -> str:
 # --------------------------------------------------------------------------------------
 # 1. The trie with failure links (the example of the automaton page and tutorial 2).
 # --------------------------------------------------------------------------------------
+def _parse_states(automaton):
+    """[(string, freq, fail, lru rank)] per node of ``automaton`` and its matching state."""
+    dump = automaton.dump()
+    ids = lambda s: tuple(int(t) for t in s.split())  # noqa: E731
+    pattern = re.compile(r"state \[([\d ]*)\] freq=(\d+) fail=\[([\d ]*)\] lru=(\d+)")
+    states = [(ids(m.group(1)), int(m.group(2)), ids(m.group(3)), int(m.group(4)))
+              for m in map(pattern.match, dump.splitlines()) if m]
+    matching = ids(re.search(r"matching=\[([\d ]*)\]", dump).group(1))
+    return states, matching
+
+
+def _node(ax, x, y, label, face="white", edge="#666666", lw=1.0, size=620, fontsize=9):
+    ax.scatter([x], [y], s=size, c=face, edgecolors=edge, linewidths=lw, zorder=3)
+    ax.text(x, y, label, ha="center", va="center", fontsize=fontsize, zorder=4)
+
+
 def trie_failure_links():
+    """Two panels with the same nodes: the trie (left) and its failure links (right), drawn
+    as the tree they form (each node hangs under its failure link), so that no link crosses
+    another and the failure chain of the matching state is a path up to the root."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     from racer_ref.reference import Automaton
 
     letters = "abcd"
     automaton = Automaton(max_nodes=100, ngram=3)
     automaton.extend([letters.index(c) for c in "abcabdab"])
-    dump = automaton.dump()
-    ids = lambda s: tuple(int(t) for t in s.split())  # noqa: E731
-    pattern = re.compile(r"state \[([\d ]*)\] freq=(\d+) fail=\[([\d ]*)\]")
-    states = [(ids(m.group(1)), int(m.group(2)), ids(m.group(3)))
-              for m in map(pattern.match, dump.splitlines()) if m]
-    matching = ids(re.search(r"matching=\[([\d ]*)\]", dump).group(1))
-    order = [()] + [s for s, _, _ in states]
-    index = {s: i for i, s in enumerate(order)}
-    parents = [-1] + [index[s[:-1]] for s in order[1:]]
-    freq = {s: f for s, f, _ in states}
-    fail = {s: f for s, _, f in states}
-    # The failure chain of the matching state and the borders for root 'c'.
+    states, matching = _parse_states(automaton)
+    freq = {s: f for s, f, _, _ in states}
+    fail = {s: f for s, _, f, _ in states}
     chain = [matching]
     while chain[-1] != ():
         chain.append(fail[chain[-1]])
     root = letters.index("c")
-    borders = [s + (root,) for s in chain if s + (root,) in index and len(s) + 1 >= 2]
-    x, depth = tree_layout(parents)
-    y = -depth
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    for i, p in enumerate(parents):
-        if p >= 0:
-            ax.plot([x[p], x[i]], [y[p], y[i]], color="#444444", lw=1.2, zorder=1)
-    for s, f in fail.items():
-        i, j = index[s], index[f]
-        to_root = f == ()
-        ax.annotate(
-            "", xy=(x[j], y[j]), xytext=(x[i], y[i]),
-            arrowprops=dict(arrowstyle="-|>", color="#cccccc" if to_root else "#ee7733",
-                            lw=0.8 if to_root else 1.3, ls="--",
-                            connectionstyle="arc3,rad=0.25", shrinkA=9, shrinkB=9),
-            zorder=0,
-        )
-    for s, i in index.items():
-        on_chain = s in chain
-        face = "#ccddaa" if s in borders else ("#fff2cc" if on_chain else "white")
-        edge = "#222222" if s == matching else "#666666"
-        ax.scatter([x[i]], [y[i]], s=620, c=face, edgecolors=edge,
-                   linewidths=2.5 if s == matching else 1, zorder=2)
-        label = "∅" if s == () else "".join(letters[t] for t in s)
-        ax.text(x[i], y[i], label, ha="center", va="center", fontsize=9, zorder=3)
-        if s != ():
-            ax.text(x[i], y[i] - 0.3, f"{freq[s]}", ha="center", va="center", fontsize=7,
-                    color="#555555")
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    borders = [s + (root,) for s in chain if s + (root,) in freq and len(s) + 1 >= 2]
+    show = lambda s: "".join(letters[t] for t in s) or "∅"  # noqa: E731
 
-    ax.legend(
+    def style(s):
+        face = "#ccddaa" if s in borders else ("#fff2cc" if s in chain else "white")
+        return dict(face=face, edge="#222222" if s == matching else "#666666",
+                    lw=2.5 if s == matching else 1.0)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"wspace": 0.08})
+    for ax, parent_of, title, edge in (
+        (left, lambda s: s[:-1], "the trie: node string, its frequency at the lower right", "trie"),
+        (right, lambda s: fail[s], "failure links: each node hangs under fail(node)", "fail"),
+    ):
+        # Children sorted by string, so that both panels read in the same order.
+        order = [()] + sorted(fail, key=lambda s: (len(s), s))
+        if edge == "fail":  # a parent must come before its children for the layout
+            order = [()]
+            while len(order) < len(fail) + 1:
+                order += sorted((s for s in fail if fail[s] in order and s not in order),
+                                key=lambda s: (len(s), s))
+        index = {s: i for i, s in enumerate(order)}
+        parents = [-1] + [index[parent_of(s)] for s in order[1:]]
+        x, depth = tree_layout(parents)
+        y = -depth
+        for i, p in enumerate(parents):
+            if p < 0:
+                continue
+            s = order[i]
+            on_chain = s in chain and edge == "fail"
+            if edge == "trie":
+                ax.plot([x[p], x[i]], [y[p], y[i]], color="#444444", lw=1.2, zorder=1)
+            else:  # an arrow from the node up to its failure link
+                ax.annotate("", xy=(x[p], y[p]), xytext=(x[i], y[i]), zorder=1,
+                            arrowprops=dict(arrowstyle="-|>", ls="--", shrinkA=11, shrinkB=11,
+                                            color="#222222" if on_chain else "#ee7733",
+                                            lw=2.2 if on_chain else 1.2))
+        for s, i in index.items():
+            _node(ax, x[i], y[i], show(s), **style(s))
+            if s != () and edge == "trie":
+                ax.text(x[i] + 0.2, y[i] - 0.26, str(freq[s]), ha="left", va="center", fontsize=7,
+                        color="#555555", zorder=4,
+                        bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none"))
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(x.min() - 0.7, x.max() + 0.7)
+        ax.set_ylim(y.min() - 0.6, 0.5)
+        ax.axis("off")
+    fig.legend(
         handles=[
-            Line2D([], [], color="#ee7733", ls="--", label="failure link"),
-            Line2D([], [], color="#cccccc", ls="--", label="failure link to the root"),
-            Patch(facecolor="white", edgecolor="#222222", lw=2.5, label="matching state 'dab'"),
-            Patch(facecolor="#fff2cc", edgecolor="#666666", label="its failure chain"),
+            Line2D([], [], color="#ee7733", ls="--", marker=">", ms=4, label="failure link"),
+            Line2D([], [], color="#222222", ls="--", lw=2.2, label="failure chain of the matching state"),
+            Patch(facecolor="white", edgecolor="#222222", lw=2.5, label=f"matching state '{show(matching)}'"),
+            Patch(facecolor="#fff2cc", edgecolor="#666666", label="on its failure chain"),
             Patch(facecolor="#ccddaa", edgecolor="#666666", label="borders for root 'c'"),
         ],
-        loc="lower left", fontsize=7, frameon=False, bbox_to_anchor=(0.0, -0.28), ncol=3,
+        loc="lower center", fontsize=8, frameon=False, ncol=5, bbox_to_anchor=(0.5, -0.04),
     )
-    ax.set_title("Trie of 'abcabdab' (ngram = 3): node string, frequency below", fontsize=10)
+    fig.suptitle("Automaton of 'abcabdab' (ngram = 3)", fontsize=11)
+    return fig
+
+
+def lru_list_figure():
+    """A full 6-node trie with each node's recency rank, and its recency list: a doubly
+    linked list over the same nodes, head = most recent, tail = the leaf evicted next."""
+    from racer_ref.reference import Automaton
+
+    letters = "abcd"
+    automaton = Automaton(max_nodes=6, ngram=3)
+    automaton.extend([letters.index(c) for c in "abcab"])
+    states, _ = _parse_states(automaton)
+    rank = {s: r for s, _, _, r in states}
+    show = lambda s: "".join(letters[t] for t in s) or "∅"  # noqa: E731
+    tail = max(rank, key=rank.get)
+    order = [()] + sorted(rank, key=lambda s: (len(s), s))
+    index = {s: i for i, s in enumerate(order)}
+    parents = [-1] + [index[s[:-1]] for s in order[1:]]
+    x, depth = tree_layout(parents)
+    x = x - x.mean()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.4), gridspec_kw={"height_ratios": [3, 1.4]})
+    for i, p in enumerate(parents):
+        if p >= 0:
+            top.plot([x[p], x[i]], [-depth[p], -depth[i]], color="#444444", lw=1.2, zorder=1)
+    for s, i in index.items():
+        red = s == tail
+        _node(top, x[i], -depth[i], show(s), face="#f4cccc" if red else "white",
+              edge="#aa3333" if red else "#666666", lw=2.2 if red else 1.0)
+        if s != ():
+            top.text(x[i] + 0.3, -depth[i], f"rank {rank[s]}", ha="left", va="center", fontsize=8,
+                     color="#333333", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none"))
+    top.set_title("A full trie (max_nodes = 6, ngram = 3) after 'abcab': recency rank, 0 = most recent.\n"
+                  "Invariant: a parent is more recent than its children (rank(parent) < rank(child))",
+                  fontsize=9.5)
+    top.set_xlim(x.min() - 1, x.max() + 1.6)
+    top.set_ylim(-depth.max() - 0.5, 0.5)
+    top.axis("off")
+    # The recency list, head first.
+    by_rank = sorted(rank, key=rank.get)
+    width, gap = 0.9, 0.7
+    for k, s in enumerate(by_rank):
+        x0 = k * (width + gap)
+        red = s == tail
+        bottom.add_patch(plt.Rectangle((x0, 0), width, 0.6, fc="#f4cccc" if red else "white",
+                                       ec="#aa3333" if red else "#444444", lw=2 if red else 1))
+        bottom.text(x0 + width / 2, 0.3, show(s), ha="center", va="center", fontsize=10)
+        bottom.text(x0 + width / 2, -0.2, f"rank {k}", ha="center", va="center", fontsize=7.5, color="#555555")
+        if k + 1 < len(by_rank):
+            x1 = x0 + width + gap
+            bottom.annotate("", xy=(x1, 0.42), xytext=(x0 + width, 0.42),
+                            arrowprops=dict(arrowstyle="-|>", lw=0.9, color="#444444", shrinkA=1, shrinkB=1))
+            bottom.annotate("", xy=(x0 + width, 0.18), xytext=(x1, 0.18),
+                            arrowprops=dict(arrowstyle="-|>", lw=0.9, color="#999999", shrinkA=1, shrinkB=1))
+    last = (len(by_rank) - 1) * (width + gap)
+    bottom.text(width / 2, 0.95, "head: most recent\n(touch moves a node here)", ha="center", va="bottom", fontsize=8)
+    bottom.text(last + width / 2, 0.95, "tail: least recent,\na leaf: evicted next", ha="center",
+                va="bottom", fontsize=8, color="#aa3333")
+    bottom.text(last / 2 + width / 2, -0.55, "older → (dark)      ← newer (grey): each change is O(1)",
+                ha="center", va="center", fontsize=7.5, color="#555555")
+    bottom.set_xlim(-0.8, last + width + 0.8)
+    bottom.set_ylim(-0.8, 1.5)
+    bottom.axis("off")
+    return fig
+
+
+def kv_cache_step_figure():
+    """One verify pass in the KV cache: the prefix (L entries) and the n tree tokens written
+    by one forward pass, then the accepted path gathered into consecutive slots."""
+    from matplotlib.patches import Patch
+
+    tree, words, accepted = example_draft_tree()
+    n = len(words)
+    prefix = DRAFT_TEXT.split()[:-1]  # the committed tokens; the root is the tree's node 0
+    L = len(prefix)
+    shown = 3  # prefix slots drawn before an ellipsis
+    width, gap = 1.0, 0.12
+    fig, ax = plt.subplots(figsize=(12, 5))
+
+    def slot(col, row, text, face, edge="#555555", lw=0.8, below=None, colour="black"):
+        x0 = col * (width + gap)
+        ax.add_patch(plt.Rectangle((x0, row), width, 0.8, fc=face, ec=edge, lw=lw))
+        ax.text(x0 + width / 2, row + 0.4, text, ha="center", va="center", fontsize=7.5, color=colour)
+        if below is not None:
+            ax.text(x0 + width / 2, row - 0.18, below, ha="center", va="center", fontsize=6.5, color="#555555")
+        return x0 + width / 2
+
+    prefix_face = "#dddddd"
+    rows = {"after": 3.2, "kept": 0.0}
+    centres = {}
+    for name, row in rows.items():
+        for c in range(shown):
+            slot(c, row, prefix[c], prefix_face, below=f"{c}")
+        ax.text(shown * (width + gap) + width / 2, row + 0.4, "…", ha="center", va="center", fontsize=12)
+        slot(shown + 1, row, prefix[-1], prefix_face, below=f"{L - 1}")
+    first = shown + 2
+    for i in range(n):
+        src = int(tree.sources[i])
+        keep = i in accepted
+        centres[i] = slot(first + i, rows["after"], words[i], SOURCE_COLOURS[src],
+                          edge="#000000" if keep else "#777777", lw=2.4 if keep else 0.8,
+                          below=f"{L + i}\npos {L + int(tree.depths[i])}",
+                          colour="white" if src in (1, 3) else "black")
+    for k, i in enumerate(accepted):
+        x_new = slot(first + k, rows["kept"], words[i], SOURCE_COLOURS[int(tree.sources[i])],
+                     edge="#000000", lw=2.4, below=f"{L + k}\npos {L + k}",
+                     colour="white" if int(tree.sources[i]) in (1, 3) else "black")
+        ax.annotate("", xy=(x_new, rows["kept"] + 0.85), xytext=(centres[i], rows["after"] - 0.45),
+                    arrowprops=dict(arrowstyle="-|>", color="#aa3377", lw=1.2, shrinkA=2, shrinkB=2))
+    end = first + n
+    ax.text(-0.1, rows["after"] + 1.0,
+            f"1. One verify pass reads the {n} tree tokens (BFS order) after the L = {L} cached ones and "
+            f"writes their keys and values into slots {L}..{L + n - 1}.\n"
+            "Position id = L + depth (siblings share one); the tree mask lets each token see the "
+            "prefix, its ancestors and itself. Under each slot: its index and position id.",
+            fontsize=8.5, ha="left", va="bottom")
+    ax.text(-0.1, rows["kept"] - 0.55,
+            f"2. keep_accepted: the root and the {len(accepted) - 1} accepted drafts "
+            f"(nodes {', '.join(map(str, accepted))}) are gathered into slots {L}..{L + len(accepted) - 1};\n"
+            f"the cache is cut after them (length {L + len(accepted)}) and the other nodes are dropped. "
+            "The next root is not cached yet: the next verify pass starts with it.",
+            fontsize=8.5, ha="left", va="top")
+    ax.legend(handles=[Patch(facecolor=prefix_face, edgecolor="#555555", label="prefix (already cached)")]
+              + [Patch(facecolor=SOURCE_COLOURS[s], edgecolor="#555555", label=f"tree node: {SOURCE_NAMES[s]}")
+                 for s in sorted({int(s) for s in tree.sources})]
+              + [Patch(facecolor="white", edgecolor="#000000", lw=2.4, label="accepted path")],
+              loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, fontsize=8, frameon=False)
+    ax.set_xlim(-0.2, end * (width + gap))
+    ax.set_ylim(-1.4, 4.7)
     ax.axis("off")
-    ax.set_ylim(y.min() - 0.5, 0.4)
     return fig
 
 
@@ -356,6 +516,8 @@ def acceptance_figure():
 
 FIGURES: Dict[str, Callable[[], "plt.Figure"]] = {
     "figures/trie-failure-links.svg": trie_failure_links,
+    "figures/lru-list.svg": lru_list_figure,
+    "figures/kv-cache-step.svg": kv_cache_step_figure,
     "figures/logits-tree-shape.svg": logits_tree_shape,
     "figures/draft-tree.svg": draft_tree_figure,
     "figures/tree-mask.svg": tree_mask_figure,
