@@ -184,7 +184,7 @@ lock-vllm:
 # ----------------------------------------------------------------------------- course kit
 .PHONY: notebooks figures site-check
 
-# notebooks/*.ipynb from tutorials/*.py (the .py files are the source).
+# notebooks/*.ipynb from docs/tutorials/*.md (prose) and tutorials/*.py (code), executed (01-07).
 notebooks: setup
 	$(PY) docs/scripts/notebooks.py
 

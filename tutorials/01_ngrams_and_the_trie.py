@@ -138,14 +138,14 @@ assert automaton.retrieve(vocab["rat"], 8) == [[vocab["rat"]]]
 # --8<-- [start:rust]
 # The Rust core has the same class, the same methods and the same results: the test suite
 # compares the two dumps after every operation on random streams. Here, once:
-try:  # the Rust core: `make setup` builds it in a clone, `pip install racer-ref` ships it
+try:  # the Rust core: `make setup` builds it in a clone, the course wheel ships it (docs: Course kit)
     from racer_ref import _core
 except ImportError:  # a source checkout with only numpy: everything above ran on the twin
     _core = None
 print("\n── 6. The same automaton in Rust")
 if _core is None:
     print("  Rust core not built (racer_ref._core missing): skipping the side-by-side with the "
-          "Rust automaton; `make setup` or `pip install racer-ref` builds it")
+          "Rust automaton; `make setup` builds it, or install the course wheel")
 else:
     python_twin = Automaton(max_nodes=1000, ngram=NGRAM)
     rust_core = racer_ref.Automaton(max_nodes=1000, ngram=NGRAM)

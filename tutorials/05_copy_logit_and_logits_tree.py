@@ -125,14 +125,14 @@ assert id_to_word[int(tree.tokens[1])] == "the"
 # --8<-- [end:last]
 
 # --8<-- [start:rust]
-try:  # the Rust core: `make setup` builds it in a clone, `pip install racer-ref` ships it
+try:  # the Rust core: `make setup` builds it in a clone, the course wheel ships it (docs: Course kit)
     from racer_ref import _core
 except ImportError:  # a source checkout with only numpy: everything above ran on the twin
     _core = None
 print("\n── 6. The Rust core builds the same trees")
 if _core is None:
     print("  Rust core not built (racer_ref._core missing): skipping the side-by-side with the "
-          "Rust drafter; `make setup` or `pip install racer-ref` builds it")
+          "Rust drafter; `make setup` builds it, or install the course wheel")
 else:
     same = all(
         logits_tree_shape(k, c, backend="rust") == logits_tree_shape(k, c, backend="python")

@@ -155,14 +155,14 @@ print(f"  emitted this step: {a + 1} tokens; the next root is {truth[a]!r}, pred
 # --8<-- [end:accept]
 
 # --8<-- [start:rust]
-try:  # the Rust core: `make setup` builds it in a clone, `pip install racer-ref` ships it
+try:  # the Rust core: `make setup` builds it in a clone, the course wheel ships it (docs: Course kit)
     from racer_ref import _core
 except ImportError:  # a source checkout with only numpy: everything above ran on the twin
     _core = None
 if _core is None:
     print("\n── 8. The Rust core builds the same arrays: skipped")
     print("  Rust core not built (racer_ref._core missing): skipping the side-by-side with the "
-          "Rust drafter; `make setup` or `pip install racer-ref` builds it")
+          "Rust drafter; `make setup` builds it, or install the course wheel")
 else:
     fast = racer_ref.Drafter(method="racer", vocab_size=len(vocab), capacity=16, breadth=K,
                              ngram=4, backend="rust", tree="paper")
