@@ -193,7 +193,7 @@ FIGURES_OUT ?= figures-out
 figures: setup
 	$(PY) docs/hooks/figures.py --out $(FIGURES_OUT)
 
-# Build the site, open four pages in headless Chromium (apt-get install chromium), save
+# Build the site, open seven pages (the syllabus and the redrawn figures among them) in headless Chromium (apt-get install chromium), save
 # screenshots to site-check/ and fail on raw TeX or a main column wider than the page.
 site-check: docs
 	$(PY) docs/scripts/check_site.py --out site-check

@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: name -> page (URL path below the site root)
 PAGES = {
     "home": "",
+    "syllabus": "syllabus/",
+    "tutorial-02": "tutorials/02-failure-links/",
+    "tutorial-04": "tutorials/04-lru-eviction/",
     "tutorial-06": "tutorials/06-draft-tree/",
     "explanation-speculative-decoding": "explanation/speculative-decoding/",
     "benchmarks": "benchmarks/",
