@@ -20,7 +20,8 @@ Resolution is also where the optional parts plug in, so that the loop does not k
   float rounding, without transformers' ``repeat_kv`` copy of the whole KV cache per layer
   on every tree pass; one-token calls are unchanged). ``model.set_attn_implementation("sdpa")``
   switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is, and so does a model
-  that ``speed_up_model`` prepared (the command line chooses its attention with ``--attn``).
+  that ``speed_up_model`` prepared or that has ``racer_cpu_kernels_off = True`` (the command
+  line chooses its attention with ``--attn``, and sets that with ``--cpu-kernels off``).
 
 The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
 direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
@@ -488,7 +489,7 @@ def _cpu_attention(model: Any) -> None:
     global _HINTED
     from racer_ref.speedups.cpu_kernels import switched_off
 
-    if switched_off():
+    if switched_off() or getattr(model, "racer_cpu_kernels_off", False):  # (the CLI's --cpu-kernels off)
         return
     # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
     prepared = getattr(model, "racer_cpu_kernels", None) is not None
