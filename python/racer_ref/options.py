@@ -284,35 +284,42 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
                       "racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
                       stacklevel=3)
     cache = make_cache(model, a["cache"])
-    if model.device.type == "cpu" and (not _HINTED or getattr(model.config, "_attn_implementation", None) == "sdpa"):
-        _cpu_attention(model)  # after the first call, only an SDPA model has something to do here
     generator = None
     if a["generator"] is not None or a["seed"] is not None:
         generator = _generator(a["generator"], a["seed"])
     if not isinstance(a["observe_rejected"], bool):
         raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
-    for name in ("callback", "stopping_criteria"):
-        if a[name] is not None and not callable(a[name]):
-            raise TypeError(f"{name}: expected a callable, got {type(a[name]).__name__}")
-    streamer = a["streamer"]
-    if streamer is not None and not (callable(getattr(streamer, "put", None))
-                                     and callable(getattr(streamer, "end", None))):
-        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
+        _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
     processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
     drafter = _drafter(model, a["drafter"], vocab_size, method, a)
     own_breadth = getattr(drafter, "breadth", None)  # 0 for "ar"; None for a drafter of the caller's without one
     k = own_breadth if own_breadth is not None else (a["breadth"] or DRAFTER_DEFAULTS["breadth"])
+    # Every argument is checked: now the model's attention may change (on a CPU; after the first
+    # call only an SDPA model has something to do there).
+    if model.device.type == "cpu" and (not _HINTED or getattr(model.config, "_attn_implementation", None) == "sdpa"):
+        _cpu_attention(model)
     return Options(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=a["max_new_tokens"],
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
         drafter=drafter, k=min(int(k), vocab_size), method=getattr(drafter, "method", None) or method or "racer",
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
         observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
-        stopping_criteria=a["stopping_criteria"], streamer=streamer, callback=a["callback"],
+        stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],
     )
 
 
 # ----------------------------------------------------------------------------- one argument each
+def _check_hooks(callback: Any, stopping_criteria: Any, streamer: Any) -> None:
+    """``TypeError`` unless each one given is callable (a streamer: has ``put`` and ``end``)."""
+    for name, value in (("callback", callback), ("stopping_criteria", stopping_criteria)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+    if streamer is not None and not (callable(getattr(streamer, "put", None))
+                                     and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+
+
 #: The smallest positive temperature: the logits are divided by it in float32, so it must
 #: be a normal float32 number (below it, 1 / temperature is not representable).
 MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
