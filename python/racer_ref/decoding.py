@@ -141,16 +141,17 @@ def generate(
     ``model`` is a transformers causal LM, ``tokenizer`` its tokenizer (or ``None`` with
     token ids and no stop strings), ``prompt`` a string or token ids (batch size 1). Each
     parameter is described once, with the rule it is checked by, on
-    :class:`racer_ref.options.Options`.
+    [`racer_ref.options.Options`][racer_ref.options.Options].
 
     Returns:
-        a :class:`GenerationResult`: the new token ids, their text, the accepted length and
-        tree size of every step, the timings and the stopping rule that ended the call.
+        GenerationResult: the new token ids, their text, the accepted length and tree size
+            of every step, the timings and the stopping rule that ended the call.
 
     Raises:
         ValueError: an argument out of range or contradicting another, an unsupported cache
-            or model; TypeError: an argument of the wrong kind. The message names the
-            argument; all are raised before any work (:func:`racer_ref.options.resolve`).
+            or model (the message names it).
+        TypeError: an argument of the wrong kind (the message names it). Both before any
+            work is done ([`resolve`][racer_ref.options.resolve] checks them).
     """
     arguments = dict(locals())  # every argument by name: the parameter list is written once, above
     clock = _Clock(model)

@@ -143,11 +143,11 @@ class StopStrings:
 class Options:
     """One ``generate()`` call, its arguments checked and resolved: what the loop reads.
 
-    This is the one place where ``generate()``'s parameters are described; :func:`resolve`
-    checks each of them (naming it in the error, before any work) and resolves it into the
-    attributes below.
+    This is the one place where ``generate()``'s parameters are described;
+    [`resolve`][racer_ref.options.resolve] checks each of them (naming it in the error,
+    before any work) and resolves it into the attributes below.
 
-    **The parameters of** :func:`racer_ref.generate`:
+    **The parameters of** [`racer_ref.generate`][racer_ref.decoding.generate]:
 
     - ``model``: a transformers causal LM (decoder-only, full attention), in eval mode, on
       any device and dtype, eager or SDPA attention.
