@@ -26,6 +26,7 @@ from racer_ref.integrations.chain import ChainDrafter
 from racer_ref.harness.datasets import encode_prompt, load_prompts
 from racer_ref.harness.models import load_default_model
 from racer_ref.metrics import mean_accepted_tokens
+from racer_ref.reference.limits import DEFAULT_CAPACITY
 
 
 def main() -> None:
@@ -33,7 +34,7 @@ def main() -> None:
     parser.add_argument("--datasets", default="humaneval,mtbench", help="comma-separated dataset names")
     parser.add_argument("--limit", type=int, default=8, help="prompts per dataset (first N)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--capacity", type=int, default=64)
+    parser.add_argument("--capacity", type=int, default=DEFAULT_CAPACITY)
     parser.add_argument("--lengths", default="5,10", help="chain lengths K, comma-separated")
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]

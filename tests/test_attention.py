@@ -190,3 +190,14 @@ def test_a_model_prepared_by_speed_up_model_keeps_its_attention(monkeypatch):
     model.racer_cpu_kernels = object()  # what speed_up_model leaves (the CLI chose the attention: --attn sdpa)
     generate(model, None, PROMPT, max_new_tokens=8)
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_command_lines_cpu_kernels_off_leaves_the_model_as_it_is(monkeypatch):
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
+    model = tiny_model("llama", seed=6)
+    model.racer_cpu_kernels_off = True  # what racer-ref --attn sdpa --cpu-kernels off leaves
+    generate(model, None, PROMPT, max_new_tokens=8)
+    assert model.config._attn_implementation == "sdpa"
+    del model.racer_cpu_kernels_off
+    generate(model, None, PROMPT, max_new_tokens=8)
+    assert model.config._attn_implementation == SDPA_GQA  # without it, generate() switches

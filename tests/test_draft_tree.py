@@ -295,6 +295,9 @@ def test_subtree_of_a_prefix_closed_set():
     assert sub.sources.tolist() == tree.sources[[0, 2, 4]].tolist()
     same = tree.subtree(range(len(tree)))
     assert all(np.array_equal(getattr(same, f), getattr(tree, f)) for f in FIELDS)
+    # The loop's unchecked path (sorted nodes it built itself) gives the same tree.
+    trusted = tree.subtree_trusted(np.array([0, 2, 4]))
+    assert all(np.array_equal(getattr(trusted, f), getattr(sub, f)) for f in FIELDS)
     for keep, word in [([], "root"), ([1, 3], "root"), ([0, 3], "parent"), ([0, 9], "not in a tree")]:
         with pytest.raises(ValueError, match=word):
             tree.subtree(keep)

@@ -59,6 +59,8 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
         from racer_ref.speedups.cpu_kernels import speed_up_model
 
         speed_up_model(model)  # CPU only; $RACER_REF_CPU_KERNELS=off also switches it off
+    elif getattr(args, "cpu_kernels", None) == "off":
+        model.racer_cpu_kernels_off = True  # generate() leaves the model as it is, as with $RACER_REF_CPU_KERNELS=off
     sizes = getattr(args, "compile", None)
     if sizes:
         from racer_ref.speedups.compiled import compile_passes

@@ -38,7 +38,7 @@ def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
     keep = tree.depths <= max_depth  # (n,) bool; ancestors are shallower, so prefix-closed
     if keep.all():
         return tree
-    return tree.subtree(np.flatnonzero(keep))
+    return tree.subtree_trusted(np.flatnonzero(keep))  # sorted, the root first: nothing to check
 
 
 def choose_root(opts: Options, scores: torch.Tensor) -> int:
@@ -138,65 +138,20 @@ def generate(
 ) -> GenerationResult:
     """Decode one prompt with RACER (or another drafter) and the target's verification.
 
-    Args:
-        model: a transformers causal LM (decoder-only, full attention), in eval mode, on any
-            device and dtype, eager or SDPA attention.
-        tokenizer: its tokenizer; needed for a string prompt, ``stop`` and ``text``.
-        prompt: a string (tokenized as is, no chat template), or token ids: a sequence, a
-            1-D tensor or a ``(1, n)`` tensor. Batch size 1 only.
-        max_new_tokens: at most this many new tokens (>= 0).
-        method: one of :data:`METHODS`: ``"racer"`` (the default), ``"retrieval"``,
-            ``"logits"``, ``"logits-last"``, ``"pld"`` or ``"ar"`` (no drafts: one token per
-            forward pass through the same loop).
-        capacity: draft-tree nodes per verify pass, root included (>= 1; the paper's 64), or
-            ``"auto"``: per step, the capacity with the most tokens per second on this device
-            (:mod:`racer_ref.speedups.capacity`, which profiles the model once per process).
-            ``None`` (default): 64 on a GPU, 16 elsewhere, where a 64-node verify pass costs
-            several one-token passes (a given ``drafter`` brings its own). ``"auto"`` without a
-            ``drafter`` only; its choices follow measured times, so a seed does not reproduce a
-            sampled output with it.
-        breadth: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
-        ngram, max_nodes, backend: passed to ``racer_ref.Drafter`` (defaults: the paper's
-            10 and 10,000 from :mod:`racer_ref.reference.limits`, and ``"rust"``). For every
-            drafter parameter ``None`` means the default, or with ``drafter`` the drafter's
-            own setting: a value that contradicts it raises ``ValueError``, never ignored.
-        tree: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
-            with the most expected accepted tokens, docs/explanation/expected-tree.md),
-            passed to ``racer_ref.Drafter`` like the parameters above.
-        temperature: 0 for greedy decoding; > 0 samples with the lossless rule.
-        top_p: nucleus sampling threshold in (0, 1] (with ``temperature > 0``).
-        eos_token_id: int or list of ints; ``None`` takes the model's generation config
-            (as ``model.generate`` does); ``[]`` disables EOS.
-        stop: stop string(s); generation stops after the token that completes one (that
-            token is kept). Only generated text is searched, as it reads after the prompt.
-        streamer: a transformers streamer (``put(tensor)``, ``end()``); like
-            ``model.generate`` it first receives the prompt, then each committed block.
-        callback: called with each committed block of new token ids (a list of int).
-        drafter: a ``racer_ref.Drafter`` to use and keep across calls (the paper's shared
-            mode); ``None`` builds a fresh one for this request (the default, per-request).
-        observe_rejected: update the copy-logit table from every verified node (True, as
-            the paper) or from accepted nodes only.
-        seed, generator: randomness for sampling (a CPU ``torch.Generator`` wins over seed);
-            neither means torch's global generator.
-        cache: an empty ``transformers.DynamicCache`` to fill (default: a new one).
-        logits_processor: transformers logits processors applied to every draft-tree node
-            (``None``: those of the model's generation config, as ``model.generate``).
-        stopping_criteria: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
-            after every new token (transformers' ``StoppingCriteriaList`` fits).
+    ``model`` is a transformers causal LM, ``tokenizer`` its tokenizer (or ``None`` with
+    token ids and no stop strings), ``prompt`` a string or token ids (batch size 1). Each
+    parameter is described once, with the rule it is checked by, on
+    [`racer_ref.options.Options`][racer_ref.options.Options].
 
     Returns:
-        a :class:`GenerationResult`.
+        GenerationResult: the new token ids, their text, the accepted length and tree size
+            of every step, the timings and the stopping rule that ended the call.
 
     Raises:
-        ValueError: an argument out of range or contradicting another (the message names
-            it; the full list is :func:`racer_ref.options.resolve`'s), an unsupported cache
-            or model.
-        TypeError: an argument of the wrong kind. All before any work is done.
-
-    Stopping rules: the first EOS (kept in ``token_ids``) or stop string inside an accepted
-    block ends generation; ``max_new_tokens`` is never exceeded; prompt + output never
-    exceed ``model.config.max_position_embeddings`` tokens, so no position id at or beyond
-    it is ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
+        ValueError: an argument out of range or contradicting another, an unsupported cache
+            or model (the message names it).
+        TypeError: an argument of the wrong kind (the message names it). Both before any
+            work is done ([`resolve`][racer_ref.options.resolve] checks them).
     """
     arguments = dict(locals())  # every argument by name: the parameter list is written once, above
     clock = _Clock(model)

@@ -20,7 +20,8 @@ Resolution is also where the optional parts plug in, so that the loop does not k
   float rounding, without transformers' ``repeat_kv`` copy of the whole KV cache per layer
   on every tree pass; one-token calls are unchanged). ``model.set_attn_implementation("sdpa")``
   switches back; ``$RACER_REF_CPU_KERNELS=off`` leaves the model as it is, and so does a model
-  that ``speed_up_model`` prepared (the command line chooses its attention with ``--attn``).
+  that ``speed_up_model`` prepared or that has ``racer_cpu_kernels_off = True`` (the command
+  line chooses its attention with ``--attn``, and sets that with ``--cpu-kernels off``).
 
 The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
 direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
@@ -142,6 +143,67 @@ class StopStrings:
 class Options:
     """One ``generate()`` call, its arguments checked and resolved: what the loop reads.
 
+    This is the one place where ``generate()``'s parameters are described;
+    [`resolve`][racer_ref.options.resolve] checks each of them (naming it in the error,
+    before any work) and resolves it into the attributes below.
+
+    **The parameters of** [`racer_ref.generate`][racer_ref.decoding.generate]:
+
+    - ``model``: a transformers causal LM (decoder-only, full attention), in eval mode, on
+      any device and dtype, eager or SDPA attention.
+    - ``tokenizer``: its tokenizer; needed for a string prompt, ``stop`` and the ``text``.
+    - ``prompt``: a string (tokenized as is, no chat template), or token ids in
+      ``[0, vocab_size)``: a sequence, a 1-D tensor or a ``(1, n)`` tensor. Batch size 1
+      only; it must leave room in ``model.config.max_position_embeddings``.
+    - ``max_new_tokens``: at most this many new tokens (an int >= 0; default 128).
+    - ``method``: one of :data:`racer_ref.tree.METHODS`: ``"racer"`` (the default),
+      ``"retrieval"``, ``"logits"``, ``"logits-last"``, ``"pld"`` or ``"ar"`` (no drafts: one
+      token per forward pass through the same loop).
+    - ``capacity``: draft-tree nodes per verify pass, root included (an int >= 1; the
+      paper's 64), or ``"auto"``: per step, the capacity with the most tokens per second on
+      this device (:mod:`racer_ref.speedups.capacity`, which profiles the model once per
+      process; without ``drafter`` only; its choices follow measured times, so a seed does
+      not reproduce a sampled output with it). ``None`` (default): 64 on a GPU, 16
+      elsewhere, where a 64-node verify pass costs several one-token passes (a given
+      ``drafter`` brings its own).
+    - ``breadth``: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
+    - ``ngram``, ``max_nodes``, ``backend``: passed to ``racer_ref.Drafter`` (``ngram >= 2``,
+      ``max_nodes >= 1``; defaults: the paper's 10 and 10,000 from
+      :mod:`racer_ref.reference.limits`, and ``"rust"``).
+    - ``tree``: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
+      with the most expected accepted tokens, docs/explanation/expected-tree.md), passed to
+      ``racer_ref.Drafter`` like the parameters above. For every drafter parameter ``None``
+      means the default, or with ``drafter`` the drafter's own setting: a value that
+      contradicts it raises ``ValueError``, never ignored.
+    - ``temperature``: 0 for greedy decoding (the default); a finite number >=
+      :data:`MIN_TEMPERATURE` samples with the lossless rule.
+    - ``top_p``: nucleus sampling threshold in ``(0, 1]`` (with ``temperature > 0``).
+    - ``eos_token_id``: an int or a list of ints; ``None`` takes the model's generation
+      config (as ``model.generate`` does); ``[]`` disables EOS. The first EOS inside an
+      accepted block ends generation (it is kept in ``token_ids``).
+    - ``stop``: stop string(s), non-empty; generation stops after the token that completes
+      one (that token is kept). Only generated text is searched, as it reads after the prompt.
+    - ``streamer``: a transformers streamer (``put(tensor)``, ``end()``); like
+      ``model.generate`` it first receives the prompt, then each committed block.
+    - ``callback``: called with each committed block of new token ids (a list of int).
+    - ``drafter``: a ``racer_ref.Drafter`` (anything with ``draft``, ``observe``, ``commit``) to
+      use and keep across calls (the paper's shared mode); ``None`` builds a fresh one for
+      this request (the default, per-request).
+    - ``observe_rejected``: update the copy-logit table from every verified node (True, as
+      the paper) or from accepted nodes only.
+    - ``seed``, ``generator``: randomness for sampling (a CPU ``torch.Generator`` wins over
+      ``seed``, an int in ``[-2**63, 2**64)``); neither means torch's global generator.
+    - ``cache``: an empty ``transformers.DynamicCache`` of full-attention layers to fill
+      (default: a new one whose layers grow in place, :mod:`racer_ref.speedups.kv_cache`).
+    - ``logits_processor``: transformers logits processors applied to every draft-tree node
+      (``None``: those of the model's generation config, as ``model.generate``).
+    - ``stopping_criteria``: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
+      after every new token (transformers' ``StoppingCriteriaList`` fits).
+
+    ``max_new_tokens`` is never exceeded, and prompt + output never exceed
+    ``model.config.max_position_embeddings`` tokens, so no position id at or beyond it is
+    ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
+
     Attributes:
         prompt_ids: ``(P,)`` int64 prompt token ids.
         max_new_tokens: at most this many new tokens.
@@ -178,31 +240,21 @@ class Options:
 
 
 def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
-    """Check every argument of :func:`racer_ref.generate` (its "Raises" section) and resolve them.
+    """Check every argument of :func:`racer_ref.generate` and resolve them into :class:`Options`.
+
+    Each argument is checked once, by the rule written at its parameter on :class:`Options`;
+    the checks of an option that is not given (``stop``, ``seed``, ``drafter``, ``cache`` ...)
+    do not run.
 
     Args:
         model: the target model.
         arguments: ``generate()``'s other arguments by name, as given.
 
-    Returns:
-        the :class:`Options` the loop reads.
-
-    Raises (so does ``generate()``):
-        ValueError: empty prompt, token ids outside ``[0, vocab_size)`` (prompt or an
-            explicit ``eos_token_id``), a batch, a prompt that fills the context length,
-            ``max_new_tokens < 0``, drafter parameters out of range (``capacity < 1``,
-            ``breadth`` outside ``[1, vocab_size]``, ``ngram < 2``, ``max_nodes < 1``, an unknown
-            ``backend``, checked for ``"ar"`` and with a given ``drafter`` too; the upper limits
-            by the drafter that is built), a drafter parameter or ``method`` that contradicts the
-            given ``drafter``, an unknown method, bad sampling arguments, an
-            unsupported cache (static, quantized, sliding-window...) or an encoder-decoder
-            model.
-        TypeError: an argument of the wrong kind: prompt, ``eos_token_id``, ``stop``, a
-            non-integer ``max_new_tokens`` / ``capacity`` / ``breadth`` / ``seed``, a
-            non-number ``temperature`` / ``top_p``, a non-bool ``observe_rejected``, a
-            ``callback`` that is not callable, a ``streamer`` without ``put``/``end``, a
-            ``drafter`` without ``draft``/``observe``/``commit``.
-        All of them before any work is done (no forward pass, no drafter update).
+    Raises:
+        ValueError: a value out of range or contradicting another (a drafter parameter or
+            ``method`` against the given ``drafter``), an unsupported cache or model.
+        TypeError: a value of the wrong kind. The message names the argument; all are raised
+            before any work is done (no forward pass, no drafter update).
     """
     a = dict(arguments)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -213,41 +265,61 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", a["max_new_tokens"], 0)
     check_sampling_arguments(a["temperature"], a["top_p"])
-    _check_generation_config(model, a["temperature"], a["logits_processor"] is not None)
+    if a["temperature"] > 0 and a["logits_processor"] is None:
+        _check_sampling_config(model)
     vocab_size = int(config.vocab_size)
     prompt_ids = _prompt_ids(a["tokenizer"], a["prompt"], vocab_size)
     max_length = getattr(config, "max_position_embeddings", None)
     if max_length is not None and len(prompt_ids) >= max_length:
         raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
-    eos = _eos_ids(model, a["eos_token_id"], vocab_size)
-    stops = _stop_strings(a["tokenizer"], a["stop"], prompt_ids)
+    if a["eos_token_id"] is not None:
+        eos = _eos_ids(a["eos_token_id"], vocab_size)
+    else:  # the model's generation config, as model.generate (its ids are the model's own: no range check)
+        config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = [] if config_eos is None else _eos_ids(config_eos)
+    stops = None if a["stop"] is None else _stop_strings(a["tokenizer"], a["stop"], prompt_ids)
+    cache_implementation = getattr(getattr(model, "generation_config", None), "cache_implementation", None)
+    if cache_implementation not in (None, "dynamic"):
+        warnings.warn(f"model.generation_config: cache_implementation={cache_implementation!r} is not used: "
+                      "racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
+                      stacklevel=3)
     cache = make_cache(model, a["cache"])
-    _cpu_attention(model)
-    generator = _generator(a["generator"], a["seed"])
+    generator = None
+    if a["generator"] is not None or a["seed"] is not None:
+        generator = _generator(a["generator"], a["seed"])
     if not isinstance(a["observe_rejected"], bool):
         raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
-    for name in ("callback", "stopping_criteria"):
-        if a[name] is not None and not callable(a[name]):
-            raise TypeError(f"{name}: expected a callable, got {type(a[name]).__name__}")
-    streamer = a["streamer"]
-    if streamer is not None and not (callable(getattr(streamer, "put", None))
-                                     and callable(getattr(streamer, "end", None))):
-        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+    if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
+        _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
     processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
     drafter = _drafter(model, a["drafter"], vocab_size, method, a)
     own_breadth = getattr(drafter, "breadth", None)  # 0 for "ar"; None for a drafter of the caller's without one
     k = own_breadth if own_breadth is not None else (a["breadth"] or DRAFTER_DEFAULTS["breadth"])
+    # Every argument is checked: now the model's attention may change (on a CPU; after the first
+    # call only an SDPA model has something to do there).
+    if model.device.type == "cpu" and (not _HINTED or getattr(model.config, "_attn_implementation", None) == "sdpa"):
+        _cpu_attention(model)
     return Options(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=a["max_new_tokens"],
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
         drafter=drafter, k=min(int(k), vocab_size), method=getattr(drafter, "method", None) or method or "racer",
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
         observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
-        stopping_criteria=a["stopping_criteria"], streamer=streamer, callback=a["callback"],
+        stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],
     )
 
 
 # ----------------------------------------------------------------------------- one argument each
+def _check_hooks(callback: Any, stopping_criteria: Any, streamer: Any) -> None:
+    """``TypeError`` unless each one given is callable (a streamer: has ``put`` and ``end``)."""
+    for name, value in (("callback", callback), ("stopping_criteria", stopping_criteria)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+    if streamer is not None and not (callable(getattr(streamer, "put", None))
+                                     and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
+
+
 #: The smallest positive temperature: the logits are divided by it in float32, so it must
 #: be a normal float32 number (below it, 1 / temperature is not representable).
 MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
@@ -285,39 +357,10 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
         if tokenizer is None:
             raise ValueError("prompt: a string prompt needs a tokenizer (or pass token ids)")
         ids = list(tokenizer(prompt)["input_ids"])
+    elif isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        ids = prompt  # a list of Python ints: nothing to convert
     else:
-        if isinstance(prompt, torch.Tensor):
-            if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
-                raise TypeError(f"prompt: expected integer token ids, got dtype {prompt.dtype}")
-            array = prompt.detach().cpu().numpy()
-        elif isinstance(prompt, np.ndarray):
-            array = prompt
-        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-            # dtype=object keeps Python ints as they are: numpy would turn [1, 2**63] into
-            # float64 and [2**63] into uint64.
-            try:
-                array = np.asarray(prompt, dtype=object)
-            except ValueError as error:  # ragged nesting
-                raise ValueError(f"prompt: not a sequence of token ids ({error})") from None
-        else:
-            raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
-                            f"got {type(prompt).__name__}")
-        if array.ndim == 2 and array.shape[0] == 1:
-            array = array[0]  # a (1, n) batch
-        if array.ndim != 1:
-            raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids or a (1, n) "
-                             f"batch, got shape {tuple(array.shape)}")
-        values = array.tolist()  # Python ints: no wrap-around of uint64 or huge ids
-        if array.dtype.kind not in "iu":
-            # An object array (from a list) may hold ints of any size: check each element.
-            if array.dtype != object:
-                kinds = {f"dtype {array.dtype}"} if values else set()
-            else:
-                kinds = {type(v).__name__ for v in values
-                         if isinstance(v, bool) or not isinstance(v, (int, np.integer))}
-            if kinds:
-                raise TypeError(f"prompt: expected integer token ids, got {', '.join(sorted(kinds))}")
-        ids = [int(v) for v in values]
+        ids = _ids_of_array(prompt)
     if not ids:
         raise ValueError("prompt: empty; give at least one token")
     bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -326,14 +369,45 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
     return ids
 
 
-def _eos_ids(model: Any, eos_token_id: Any, vocab_size: int) -> List[int]:
-    """``eos_token_id`` as a list (``None``: the model's generation config, as ``model.generate``).
-    Ids given by the caller must be tokens the model can produce."""
-    given = eos_token_id is not None
-    if not given:
-        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if eos_token_id is None:
-            return []
+def _ids_of_array(prompt: Any) -> List[int]:
+    """The token ids of a prompt given as a tensor, a numpy array or another sequence."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise TypeError(f"prompt: expected integer token ids, got dtype {prompt.dtype}")
+        array = prompt.detach().cpu().numpy()
+    elif isinstance(prompt, np.ndarray):
+        array = prompt
+    elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+        # dtype=object keeps Python ints as they are: numpy would turn [1, 2**63] into
+        # float64 and [2**63] into uint64.
+        try:
+            array = np.asarray(prompt, dtype=object)
+        except ValueError as error:  # ragged nesting
+            raise ValueError(f"prompt: not a sequence of token ids ({error})") from None
+    else:
+        raise TypeError(f"prompt: expected a string, a sequence of token ids or a 1-D tensor, "
+                        f"got {type(prompt).__name__}")
+    if array.ndim == 2 and array.shape[0] == 1:
+        array = array[0]  # a (1, n) batch
+    if array.ndim != 1:
+        raise ValueError(f"prompt: batch size 1 only; expected a 1-D sequence of ids or a (1, n) "
+                         f"batch, got shape {tuple(array.shape)}")
+    values = array.tolist()  # Python ints: no wrap-around of uint64 or huge ids
+    if array.dtype.kind not in "iu":
+        # An object array (from a list) may hold ints of any size: check each element.
+        if array.dtype != object:
+            kinds = {f"dtype {array.dtype}"} if values else set()
+        else:
+            kinds = {type(v).__name__ for v in values
+                     if isinstance(v, bool) or not isinstance(v, (int, np.integer))}
+        if kinds:
+            raise TypeError(f"prompt: expected integer token ids, got {', '.join(sorted(kinds))}")
+    return [int(v) for v in values]
+
+
+def _eos_ids(eos_token_id: Any, vocab_size: Optional[int] = None) -> List[int]:
+    """``eos_token_id`` (an int, a list of ints or a tensor) as a sorted list; with
+    ``vocab_size`` (ids given by the caller) each must be a token the model can produce."""
     if isinstance(eos_token_id, torch.Tensor):
         eos_token_id = eos_token_id.reshape(-1).tolist()
     values = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else eos_token_id
@@ -344,8 +418,8 @@ def _eos_ids(model: Any, eos_token_id: Any, vocab_size: int) -> List[int]:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
     ids = sorted({int(v) for v in values})
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if given and bad:
+    bad = [t for t in ids if vocab_size is not None and not 0 <= t < vocab_size]
+    if bad:
         raise ValueError(f"eos_token_id: token ids must lie in [0, {vocab_size}); got {bad[:5]}")
     return ids
 
@@ -379,23 +453,16 @@ def _generator(generator: Any, seed: Any) -> Optional[torch.Generator]:
     return generator
 
 
-def _check_generation_config(model: Any, temperature: float, processors_given: bool) -> None:
-    """Warn about every setting of the model's generation config that ``model.generate``
-    would apply and ``generate()`` does not (they change the output or its distribution)."""
+def _check_sampling_config(model: Any) -> None:
+    """Warn about every sampling setting of the model's generation config that a sampling
+    ``model.generate`` would apply and ``generate()`` does not (they change the distribution)."""
     config = getattr(model, "generation_config", None)
-    if config is None:
-        return
-    settings = UNAPPLIED_SAMPLING_SETTINGS if temperature > 0 and not processors_given else {}
-    ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in settings.items()
+    ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in UNAPPLIED_SAMPLING_SETTINGS.items()
                if getattr(config, name, None) not in neutral]
     if ignored:
         warnings.warn(f"model.generation_config: {', '.join(ignored)} not applied by racer_ref.generate "
                       "when sampling (pass them as logits_processor), so its distribution differs from "
                       "model.generate's", stacklevel=4)
-    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
-        warnings.warn(f"model.generation_config: cache_implementation={config.cache_implementation!r} is not "
-                      "used: racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
-                      stacklevel=4)
 
 
 def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], max_new_tokens: int,
@@ -427,16 +494,14 @@ def _cpu_attention(model: Any) -> None:
     """On a CPU, plug in tree attention without KV copies; once per process, say how to get
     the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
     global _HINTED
-    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
-    prepared = getattr(model, "racer_cpu_kernels", None) is not None
-    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa" and not prepared
-    if model.device.type != "cpu" or (_HINTED and not sdpa):
-        return
     from racer_ref.speedups.cpu_kernels import switched_off
 
-    if switched_off():
+    if switched_off() or getattr(model, "racer_cpu_kernels_off", False):  # (the CLI's --cpu-kernels off)
         return
-    if sdpa and hasattr(model, "set_attn_implementation"):
+    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
+    prepared = getattr(model, "racer_cpu_kernels", None) is not None
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if sdpa and not prepared and hasattr(model, "set_attn_implementation"):
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
@@ -455,7 +520,6 @@ def make_cache(model: Any, cache: Any) -> Any:
     Without a cache from the caller we make one whose layers write in place
     (:class:`racer_ref.speedups.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
     """
-    from transformers import DynamicCache
     from transformers import cache_utils
     from transformers.cache_utils import DynamicLayer
 
@@ -472,21 +536,27 @@ def make_cache(model: Any, cache: Any) -> Any:
         raise ValueError(f"model: {type(model).__name__} has no attention layers ({model.config.model_type}); "
                          "racer-ref verifies a draft tree through tree attention, so it needs a transformer "
                          "with full-attention layers")
-    if cache is None:
-        cache = layout
-    if type(cache) is not DynamicCache:
-        raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
-    if not hasattr(cache, "layers"):
-        raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
-    for layer in list(layout.layers) + list(cache.layers):
+    layers = list(layout.layers) if cache is None else list(layout.layers) + _given_cache_layers(cache)
+    for layer in layers:
         if type(layer) not in (DynamicLayer, GrowingLayer):
             raise ValueError(
                 f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
                 "and quantized layers cannot keep an accepted tree path); only full-attention DynamicLayer"
             )
+    return layout if cache is None else cache
+
+
+def _given_cache_layers(cache: Any) -> List[Any]:
+    """The layers of the caller's ``cache``, after checking that it is an empty ``DynamicCache``."""
+    from transformers import DynamicCache
+
+    if type(cache) is not DynamicCache:
+        raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
+    if not hasattr(cache, "layers"):
+        raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
     if cache.get_seq_length() != 0:
         raise ValueError("cache: must be empty; generate() prefills it with the prompt")
-    return cache
+    return list(cache.layers)
 
 
 def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a: Dict[str, Any]) -> Any:
@@ -518,24 +588,30 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a
         raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
     if given["tree"] is not None and given["tree"] not in TREES:
         raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
-    if drafter is None:
-        method = "racer" if method is None else method
-        if method == "ar":
-            return RootOnlyDrafter()
-        settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
-        drafter = Drafter(method, vocab_size, settings.pop("capacity"), settings.pop("breadth"), **settings)
-        if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
-            from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+    if drafter is not None:
+        return _given_drafter(drafter, vocab_size, {"method": method, **given})
+    method = "racer" if method is None else method
+    if method == "ar":
+        return RootOnlyDrafter()
+    settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
+    drafter = Drafter(method, vocab_size, settings.pop("capacity"), settings.pop("breadth"), **settings)
+    if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
+        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
 
-            drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
-        return drafter
+        drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
+    return drafter
+
+
+def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:
+    """The caller's ``drafter``, checked: it drafts, it fits the model's vocabulary, and no
+    parameter in ``given`` (``None``: not passed) contradicts its own setting."""
     missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
     if missing:
         raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
                         f"got {type(drafter).__name__} without {', '.join(missing)}")
     if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
         raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
-    for name, value in {"method": method, **given}.items():
+    for name, value in given.items():
         own = getattr(drafter, name, None)
         if value is None or value == own or (name == "breadth" and own is None):
             continue  # (breadth is the k of the top-k rows passed to a drafter without one)
@@ -543,5 +619,5 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a
             raise ValueError(f"{name}: {value!r} contradicts the given drafter's {name} {own!r}; "
                              "leave it out, or build the drafter with it")
         warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
-                      "(the drafter decides)", stacklevel=4)
+                      "(the drafter decides)", stacklevel=5)
     return drafter

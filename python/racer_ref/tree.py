@@ -174,14 +174,8 @@ class DraftTree:
                 fail(f"retrieve_indices row for leaf {leaf} is not its root-to-leaf path")
 
     def subtree(self, keep: Any) -> "DraftTree":
-        """The draft tree made of the nodes ``keep`` of this one (a prefix-closed set).
-
-        The kept nodes stay in breadth-first order; the attention mask is the kept block
-        of this one (a node's ancestors are all kept) and parents are renumbered. The verification loop uses it
-        to clip a tree in depth (``racer_ref.decoding.clip_draft_tree``)::
-
-            keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
-                                        `-- 2 -- 4     ->      `-- 2 -- 4
+        """The draft tree made of the nodes ``keep`` of this one (a prefix-closed set),
+        checked: :meth:`subtree_trusted` after the checks.
 
         Args:
             keep: node indices (any order, duplicates allowed); must hold the root and,
@@ -195,21 +189,39 @@ class DraftTree:
             raise ValueError("keep: must contain the root (node 0)")
         if old[-1] >= len(self):
             raise ValueError(f"keep: node {int(old[-1])} is not in a tree of {len(self)} nodes")
+        tree = self.subtree_trusted(old)
+        if (tree.parents[1:] < 0).any():
+            raise ValueError("keep: every kept node needs its parent kept too")
+        return tree
+
+    def subtree_trusted(self, keep: np.ndarray) -> "DraftTree":
+        """The draft tree made of the nodes ``keep`` of this one, unchecked (:meth:`subtree` checks).
+
+        The kept nodes stay in breadth-first order; the attention mask is the kept block
+        of this one (a node's ancestors are all kept) and parents are renumbered. The
+        verification loop uses it to clip a tree in depth
+        (``racer_ref.decoding.clip_draft_tree``, which builds ``keep`` itself)::
+
+            keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
+                                        `-- 2 -- 4     ->      `-- 2 -- 4
+
+        Args:
+            keep: ``(m,)`` int64 node indices, sorted and unique: the root first, and with
+                every node its parent.
+        """
         # new_index[old node] = its index in the subtree (-1: dropped).
         new_index = np.full(len(self), -1, dtype=np.int64)
-        new_index[old] = np.arange(len(old))
+        new_index[keep] = np.arange(len(keep))
         # The root's parent -1 stays -1; every other parent is renumbered.
-        old_parents = self.parents[old]
+        old_parents = self.parents[keep]
         parents = np.where(old_parents >= 0, new_index[np.maximum(old_parents, 0)], -1)
-        if (parents[1:] < 0).any():
-            raise ValueError("keep: every kept node needs its parent kept too")
         return DraftTree(
-            tokens=self.tokens[old],
+            tokens=self.tokens[keep],
             parents=parents.astype(np.int64),
-            depths=self.depths[old],
-            attention_mask=self.attention_mask[np.ix_(old, old)],
+            depths=self.depths[keep],
+            attention_mask=self.attention_mask[np.ix_(keep, keep)],
             retrieve_indices=None,
-            sources=self.sources[old],
+            sources=self.sources[keep],
         )
 
     def pretty(self) -> str:

@@ -65,6 +65,7 @@ from racer_ref.harness.baselines import HF_METHODS, hf_generate
 from racer_ref.harness.datasets import Prompt, answer_text, encode_conversation
 from racer_ref.harness.plots import write_plots
 from racer_ref.harness.summary import METHODS, read_results, summary_tables
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, MAX_CAPACITY
 
 #: How long drafter state lives in a benchmark (docs/explanation/spec.md, "State lifetime").
 DRAFTER_STATES = ("per-request", "shared")
@@ -128,9 +129,9 @@ def parse_capacity(text: Union[str, int]) -> Union[int, str]:
     try:
         value = int(text)
     except (TypeError, ValueError):
-        raise ValueError(f"capacity: expected an integer in [1, 4096] or 'auto', got {text!r}") from None
-    if not 1 <= value <= 4096:
-        raise ValueError(f"capacity: expected an integer in [1, 4096] or 'auto', got {text!r}")
+        raise ValueError(f"capacity: expected an integer in [1, {MAX_CAPACITY}] or 'auto', got {text!r}") from None
+    if not 1 <= value <= MAX_CAPACITY:
+        raise ValueError(f"capacity: expected an integer in [1, {MAX_CAPACITY}] or 'auto', got {text!r}")
     return value
 
 
@@ -173,9 +174,9 @@ class MethodRunner:
     """
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 128,
-                 capacity: Union[int, str] = 64, temperature: float = 0.0,
-                 eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = 64,
-                 breadth: int = 8, drafter_state: str = "per-request", tree: str = "paper") -> None:
+                 capacity: Union[int, str] = DEFAULT_CAPACITY, temperature: float = 0.0,
+                 eos_token_id: Any = None, backend: str = "rust", max_auto_capacity: int = DEFAULT_CAPACITY,
+                 breadth: int = DEFAULT_BREADTH, drafter_state: str = "per-request", tree: str = "paper") -> None:
         if drafter_state not in DRAFTER_STATES:
             raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, "
                              f"got {drafter_state!r}")
@@ -477,7 +478,7 @@ def run_bench(
     methods: Sequence[str],
     out_dir: Union[str, Path],
     max_new_tokens: int = 128,
-    capacity: Union[int, str] = 64,
+    capacity: Union[int, str] = DEFAULT_CAPACITY,
     temperature: float = 0.0,
     seed: int = 0,
     warmup: Union[bool, int] = True,

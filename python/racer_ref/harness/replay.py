@@ -38,6 +38,7 @@ import torch
 
 from racer_ref.decoding import clip_draft_tree
 from racer_ref.metrics import mean_accepted_tokens
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_MAX_NODES, DEFAULT_NGRAM
 from racer_ref.verify import accept_greedy
 
 __all__ = ["Recording", "record", "replay", "accepted_bound", "fewest_steps", "bound_mat"]
@@ -152,8 +153,8 @@ def replay(rec: Recording, drafter: Any) -> List[int]:
     return lengths
 
 
-def accepted_bound(rec: Recording, capacity: int, breadth: int = 8, ngram: int = 10,
-                   max_nodes: int = 10_000) -> List[int]:
+def accepted_bound(rec: Recording, capacity: int, breadth: int = DEFAULT_BREADTH, ngram: int = DEFAULT_NGRAM,
+                   max_nodes: int = DEFAULT_MAX_NODES) -> List[int]:
     """The accepted lengths of the best possible run at ``capacity``: the fewest steps any
     sequence of draft trees over the drafters' candidates needs (module docstring).
 

@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from racer_ref.reference.limits import DEFAULT_MAX_NODES, DEFAULT_MIN_BORDER_DEPTH, DEFAULT_NGRAM
+
 Path = Tuple[int, ...]
 
 
@@ -39,9 +41,9 @@ class Step:
 class Case:
     name: str
     steps: Tuple[Step, ...]
-    max_nodes: int = 10_000
-    ngram: int = 10
-    min_border_depth: int = 2
+    max_nodes: int = DEFAULT_MAX_NODES
+    ngram: int = DEFAULT_NGRAM
+    min_border_depth: int = DEFAULT_MIN_BORDER_DEPTH
 
 
 CASES = [
