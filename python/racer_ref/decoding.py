@@ -157,14 +157,15 @@ def generate(
     clock = _Clock(model)
     opts = resolve(arguments.pop("model"), arguments)  # checked once, here; the loop trusts opts
     clock.skip()  # the checks count in "total" only
-    drafter, cache, k = opts.drafter, opts.cache, opts.k
+    cache, k = opts.cache, opts.k
     out = _Output(opts, model.device)
     output = out.token_ids  # new tokens, the root of the next step last
     result = GenerationResult(token_ids=output, text=None, timings=clock.timings, method=opts.method)
     processors = opts.processors  # None: the raw logits are the target's scores
     committed = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
     # A Drafter serves one generate() call at a time: a second caller is refused at once.
-    with claim(drafter), torch.inference_mode():
+    # Under the claim the loop calls the drafter's step, which trusts the loop's ids.
+    with claim(opts.drafter) as drafter, torch.inference_mode():
         if streamer is not None:
             streamer.put(torch.tensor(opts.prompt_ids[None]))
         clock.lap("bookkeeping")
@@ -173,6 +174,9 @@ def generate(
             # ---- prefill: the prompt fills the cache and predicts the first root ----------
             prompt_t = torch.from_numpy(opts.prompt_ids).to(model.device)  # (P,)
             logits = forward_prompt(model, cache, prompt_t)  # (P, vocab)
+            if logits.shape[-1] > opts.vocab_size:  # every id the drafter gets must be < vocab_size
+                raise ValueError(f"model: {logits.shape[-1]} logits per position, more than its "
+                                 f"config's vocab_size {opts.vocab_size}")
             root_scores = logits[-1] if processors is None else processors.root_scores(prompt_t, logits[-1])
             root = choose_root(opts, root_scores)
             clock.lap("prefill", sync=True)

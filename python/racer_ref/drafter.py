@@ -14,6 +14,7 @@ import contextlib
 import functools
 import threading
 from threading import get_ident
+from types import SimpleNamespace
 from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
 
 import numpy as np
@@ -169,6 +170,15 @@ class Drafter:
         self._lock = threading.RLock()
         self._owner: Optional[int] = None
         self._holder = ""
+        # The step the decoding loop calls under its claim (see claim() below): the
+        # backend's methods without the public methods' lock and checks. The Rust core
+        # checks its arguments itself, in Rust; the twin's *_trusted methods check nothing.
+        if backend == "rust":
+            self._step = SimpleNamespace(observe=impl_.observe, commit=impl_.commit,
+                                         draft=lambda root, last_topk=None: _from_arrays(impl_.draft(root, last_topk)))
+        else:
+            self._step = SimpleNamespace(observe=impl_.observe_trusted, commit=impl_.commit_trusted,
+                                         draft=impl_.draft_trusted)
 
     @contextlib.contextmanager
     def claim(self, by: str = "generate()") -> Iterator["Drafter"]:
@@ -403,7 +413,24 @@ class Drafter:
         return f"Drafter({settings}, backend={self.backend!r})"
 
 
-def claim(drafter: Any, by: str = "generate()") -> ContextManager[Any]:
-    """``drafter.claim(by)`` for a ``Drafter``; a context that does nothing for ``None`` or
-    any other drafter object (one that brings its own draft/observe/commit)."""
-    return drafter.claim(by) if isinstance(drafter, Drafter) else contextlib.nullcontext()
+@contextlib.contextmanager
+def claim(drafter: Any, by: str = "generate()") -> Iterator[Any]:
+    """Hold ``drafter`` for one request of the decoding loop and give the loop its step.
+
+    For a ``Drafter``: ``drafter.claim(by)``, then an object whose ``draft``, ``observe``
+    and ``commit`` go straight to the backend, without the public methods' checks (the
+    loop passes the model's own ids, its vocabulary checked at the boundary, and the
+    twin's roots as ints). The twin refuses a drafter that an interrupt left torn here,
+    once per request (an interrupt ends the request). Any other drafter (``None``, one
+    that brings its own draft/observe/commit) is given as it is, unclaimed.
+    """
+    if not isinstance(drafter, Drafter):
+        yield drafter
+        return
+    with drafter.claim(by):
+        if drafter.backend == "python":
+            from racer_ref.reference.undo import check_intact
+
+            impl = drafter._impl
+            check_intact(impl, impl.automaton, impl.table)
+        yield drafter._step

@@ -36,7 +36,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -206,6 +206,7 @@ class Options:
 
     Attributes:
         prompt_ids: ``(P,)`` int64 prompt token ids.
+        vocab_size: the model's vocabulary size (its config's); token ids lie in ``[0, vocab_size)``.
         max_new_tokens: at most this many new tokens.
         room: new tokens that fit in the model's context length (``inf`` without one).
         cache: the empty ``DynamicCache`` the prefill fills.
@@ -221,6 +222,7 @@ class Options:
     """
 
     prompt_ids: np.ndarray
+    vocab_size: int
     max_new_tokens: int
     room: float
     cache: Any
@@ -292,17 +294,15 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
     if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
         _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
     processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
-    drafter = _drafter(model, a["drafter"], vocab_size, method, a)
-    own_breadth = getattr(drafter, "breadth", None)  # 0 for "ar"; None for a drafter of the caller's without one
-    k = own_breadth if own_breadth is not None else (a["breadth"] or DRAFTER_DEFAULTS["breadth"])
+    drafter, k, method = _drafter(model, a["drafter"], vocab_size, method, a)
     # Every argument is checked: now the model's attention may change (on a CPU; after the first
     # call only an SDPA model has something to do there).
     if model.device.type == "cpu" and (not _HINTED or getattr(model.config, "_attn_implementation", None) == "sdpa"):
         _cpu_attention(model)
     return Options(
-        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), max_new_tokens=a["max_new_tokens"],
+        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=a["max_new_tokens"],
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
-        drafter=drafter, k=min(int(k), vocab_size), method=getattr(drafter, "method", None) or method or "racer",
+        drafter=drafter, k=min(int(k), vocab_size), method=method,
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
         observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
         stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],
@@ -559,17 +559,20 @@ def _given_cache_layers(cache: Any) -> List[Any]:
     return list(cache.layers)
 
 
-def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a: Dict[str, Any]) -> Any:
-    """The drafter of this call: the given one, or a new one for ``method``.
+def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
+             a: Dict[str, Any]) -> Tuple[Any, int, str]:
+    """The drafter of this call, its breadth ``k`` (the top-k ids each verified row gives
+    it) and its method: the given drafter, or a new one for ``method``.
 
-    The drafter parameters the caller passed (``None``: not passed) are each checked for
-    kind and range whether or not a drafter is given; with a drafter, a value that
-    contradicts it (or one it has no such setting for) is refused, never ignored.
-    ``capacity=None`` takes the device's default; ``"auto"`` wraps the new drafter in an
-    ``AdaptiveDrafter`` (:mod:`racer_ref.speedups.capacity`).
+    A new ``racer_ref.Drafter`` checks the drafter parameters itself, naming each (once:
+    they are not checked here too). Otherwise (a given drafter, or ``"ar"``, which drafts
+    nothing) :func:`_check_drafter_settings` checks the parameters the caller passed
+    (``None``: not passed), and with a drafter a value that contradicts it (or one it has
+    no such setting for) is refused, never ignored. ``capacity=None`` takes the device's
+    default; ``"auto"`` wraps the new drafter in an ``AdaptiveDrafter``
+    (:mod:`racer_ref.speedups.capacity`).
     """
-    from racer_ref.drafter import BACKENDS, Drafter
-    from racer_ref.reference.drafter import TREES
+    from racer_ref.drafter import Drafter
 
     given = {name: a[name] for name in DRAFTER_DEFAULTS}
     auto = given["capacity"] == "auto"
@@ -579,6 +582,36 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a
         given["capacity"] = DEFAULT_GPU_CAPACITY
     elif given["capacity"] is None and drafter is None:  # the device's default (a given drafter brings its own)
         given["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
+    method = "racer" if method is None and drafter is None else method
+    if drafter is not None or method == "ar":
+        return _checked_drafter(drafter, vocab_size, method, given, a["breadth"])
+    settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
+    built = Drafter(method, vocab_size, **settings)
+    if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
+        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+        built = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
+    return built, settings["breadth"], method
+
+
+def _checked_drafter(drafter: Any, vocab_size: int, method: Optional[str], given: Dict[str, Any],
+                     breadth: Optional[int]) -> Tuple[Any, int, str]:
+    """``_drafter`` for a drafter of the caller's, or for ``"ar"`` (``drafter`` None): the
+    parameters checked here, since no ``racer_ref.Drafter`` is built to check them."""
+    _check_drafter_settings(given, vocab_size)
+    if drafter is None:
+        return RootOnlyDrafter(), 0, "ar"
+    drafter = _given_drafter(drafter, vocab_size, {"method": method, **given})
+    own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
+    k = own_breadth if own_breadth is not None else (breadth or DRAFTER_DEFAULTS["breadth"])
+    return drafter, k, getattr(drafter, "method", None) or method or "racer"
+
+
+def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
+    """Check each drafter parameter passed (``None``: not passed) for kind and range."""
+    from racer_ref.drafter import BACKENDS
+    from racer_ref.reference.drafter import TREES
+
     for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
         if given[name] is not None:
             _check_int(name, given[name], low)
@@ -588,18 +621,6 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str], a
         raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
     if given["tree"] is not None and given["tree"] not in TREES:
         raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
-    if drafter is not None:
-        return _given_drafter(drafter, vocab_size, {"method": method, **given})
-    method = "racer" if method is None else method
-    if method == "ar":
-        return RootOnlyDrafter()
-    settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
-    drafter = Drafter(method, vocab_size, settings.pop("capacity"), settings.pop("breadth"), **settings)
-    if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
-        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
-
-        drafter = AdaptiveDrafter(drafter, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
-    return drafter
 
 
 def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:

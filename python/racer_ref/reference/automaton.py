@@ -40,7 +40,7 @@ from racer_ref.reference.limits import (
     int_value,
 )
 from racer_ref.reference.lru import RecencyList
-from racer_ref.reference.undo import UndoLog, all_or_nothing
+from racer_ref.reference.undo import UndoLog, all_or_nothing, check_intact
 
 #: Number of failure-link epochs; token ``t`` uses epoch ``t % EPOCH_SLOTS``.
 EPOCH_SLOTS = 1024
@@ -673,13 +673,13 @@ class Automaton(NoCopy):
     # cached link is valid or marked stale at every line, so they need no undo log.
     # ==================================================================================
 
+    #: What a torn automaton says (``undo.check_intact``).
+    TORN = ("Automaton: an earlier call was interrupted while it was being undone, so "
+            "the automaton is in an inconsistent state; call reset() to start afresh")
+
     def _check_intact(self) -> None:
         """Raise ``RuntimeError`` naming ``reset()`` if a rollback did not finish."""
-        if self._torn:
-            raise RuntimeError(
-                "Automaton: an earlier call was interrupted while it was being undone, so "
-                "the automaton is in an inconsistent state; call reset() to start afresh"
-            )
+        check_intact(self)
 
     # ==================================================================================
     # Part 8. A self-check of the internal structure, for the tests.

@@ -35,6 +35,8 @@ import numpy as np
 # The checks live in ``limits`` (one home per rule, as the Rust core's copy_logit.rs and
 # error.rs); the table calls them once per public call.
 from racer_ref.reference.limits import NoCopy, check_observe, check_table_size, int_value
+from racer_ref.reference.undo import check_intact
+
 
 class CopyLogitTable(NoCopy):
     """Dense ``[vocab_size, k]`` copy-logit table with a per-row ``seen`` flag.
@@ -64,14 +66,14 @@ class CopyLogitTable(NoCopy):
         # (see observe); then every call asks for reset().
         self._torn = False
 
+    #: What a torn table says (``undo.check_intact``): it may hold a row marked seen whose
+    #: ids are half old, half new.
+    TORN = ("CopyLogitTable: an earlier observe() was interrupted while it was being "
+            "undone, so the table is inconsistent; call reset() to start afresh")
+
     def _check_intact(self) -> None:
         """Raise ``RuntimeError`` naming ``reset()`` if the table is torn (see ``observe``)."""
-        # A torn table may hold a row marked seen whose ids are half old, half new.
-        if self._torn:
-            raise RuntimeError(
-                "CopyLogitTable: an earlier observe() was interrupted while it was being "
-                "undone, so the table is inconsistent; call reset() to start afresh"
-            )
+        check_intact(self)
 
     @property
     def num_seen(self) -> int:

@@ -58,7 +58,7 @@ from racer_ref.reference.limits import (
     int_or_default,
     int_value,
 )
-from racer_ref.reference.undo import UndoLog, all_or_nothing
+from racer_ref.reference.undo import UndoLog, all_or_nothing, check_intact
 from racer_ref.tree import METHODS, DraftTree
 
 #: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
@@ -66,8 +66,6 @@ from racer_ref.tree import METHODS, DraftTree
 #: (beyond the paper: the nodes with the most expected accepted tokens, see
 #: ``racer_ref.reference.expected_tree``).
 TREES = ("expected", "paper")
-#: The methods whose tree depends on ``tree`` (pld drafts one chain, ar the root alone).
-ESTIMATED_METHODS = ("racer", "retrieval", "logits", "logits-last")
 #: Prompt lookup: the longest n-gram tried first (then n - 1, ..., 1).
 PLD_MAX_NGRAM = 3
 #: Prompt lookup: at most this many tokens are copied after the match.
@@ -210,20 +208,20 @@ class Drafter(NoCopy):
 
             self.estimator = Estimator()
 
+    #: What a torn drafter says (``undo.check_intact``).
+    TORN = ("Drafter: an earlier commit() or reset() was interrupted and could not be "
+            "undone, so the drafter is inconsistent; call reset() to start afresh")
+
     def _check_intact(self) -> None:
         """Raise ``RuntimeError`` naming ``reset()`` if the drafter or its parts are torn."""
         # Every public method starts here, after checking its arguments: a torn drafter
-        # refuses to work rather than draft from a half-updated automaton or history.
-        if self._torn:
-            raise RuntimeError(
-                "Drafter: an earlier commit() or reset() was interrupted and could not be "
-                "undone, so the drafter is inconsistent; call reset() to start afresh"
-            )
-        # Its parts keep their own flags (someone may have used them directly).
-        if self.automaton is not None:
-            self.automaton._check_intact()
-        if self.table is not None:
-            self.table._check_intact()
+        # refuses to work rather than draft from a half-updated automaton or history. Its
+        # parts keep their own flags (someone may have used them directly).
+        check_intact(self, self.automaton, self.table)
+
+    # ----------------------------------------------------------------------------------
+    # The public methods: check the arguments, refuse a torn drafter, then do the step.
+    # ----------------------------------------------------------------------------------
 
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Copy-logit update (spec step 8): ``table[token_ids[i]] = topk_ids[i, :k]``.
@@ -245,13 +243,7 @@ class Drafter(NoCopy):
         """
         tokens, kept = check_observe(token_ids, topk_ids, self.vocab_size, self.breadth)
         self._check_intact()
-        if self.estimator is not None:
-            # Beyond the paper: rows about the last draft are labelled samples, learned
-            # before the table takes them (the candidates are those the draft saw).
-            self.estimator.learn(tokens.tolist(), kept, self.table)
-        if self.table is not None:
-            # One call, all-or-nothing on its own (checked above: no checks again).
-            self.table.observe_trusted(tokens, kept)
+        self.observe_trusted(tokens, kept)
 
     def commit(self, token_ids: Any) -> None:
         """Commit tokens that became output (spec step 9): automaton and PLD history.
@@ -263,32 +255,11 @@ class Drafter(NoCopy):
             ValueError: not 1-D, or an id outside ``[0, vocab_size)``.
             TypeError: a non-integer dtype. Nothing changes on error.
             RuntimeError: the drafter is torn (see ``reset()``).
-
-        All or nothing: three things change (automaton, history, count), so one undo log
-        covers them all. An interrupt anywhere undoes all three, even one that lands
-        after the automaton is done and before the count is (the automaton's Part 7).
         """
-        # Compute: check the input (may raise; nothing has changed yet).
         tokens = as_int_array(token_ids, "token_ids", 1)
         check_token_ids("token_ids", tokens, self.vocab_size)
-        tokens = tokens.tolist()
         self._check_intact()
-        # Apply, logging the undo of each change before making it (the undo module).
-        all_or_nothing(self, lambda undo: self._commit_logged(tokens, undo))
-
-    def _commit_logged(self, tokens: list, undo: UndoLog) -> None:
-        """Commit checked ``tokens`` to all three parts, logging how to take each back."""
-        if self.automaton is not None:
-            # The automaton logs its own changes into *our* log: one log, one rollback,
-            # for all three parts.
-            self.automaton._extend_logged(tokens, undo)
-        if self.method == "pld":
-            # Undo of an append: cut the history back to its old length.
-            undo.append((_truncate, (self.history, len(self.history))))
-            self.history.extend(tokens)
-        # Undo of the count: put the old value back.
-        undo.append((setattr, (self, "num_committed", self.num_committed)))
-        self.num_committed += len(tokens)
+        self.commit_trusted(tokens)
 
     def draft(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree for ``root`` (spec steps 2-4).
@@ -311,9 +282,8 @@ class Drafter(NoCopy):
             RuntimeError: the drafter is torn (see ``reset()``).
         """
         root = check_token_id("root", root, self.vocab_size)
-        step_capacity = self.capacity if capacity is None else check_capacity(capacity)
+        capacity = None if capacity is None else check_capacity(capacity)
         self._check_intact()
-        topk: Optional[list[int]] = None
         if last_topk is not None:
             array = as_int_array(last_topk, "last_topk", 1)
             if array.shape[0] < self.breadth:
@@ -321,37 +291,86 @@ class Drafter(NoCopy):
                     f"last_topk: expected at least breadth = {self.breadth} ids, got {array.shape[0]}"
                 )
             check_token_ids("last_topk", array, self.vocab_size)
-            topk = array[: self.breadth].tolist()
-
-        method = self.method
-        estimator = self.estimator
-        if estimator is not None:
-            estimator.last = None
-        if method == "logits-last" and topk is None:
+            last_topk = array
+        elif self.method == "logits-last":
             raise ValueError('last_topk: required by method "logits-last" (got None)')
-        # Everything is checked: from here on nothing is checked again.
-        if method in ESTIMATED_METHODS:
-            # Step 2: the retrieval tree, as root-to-leaf paths (racer and retrieval).
-            paths: list = []
-            freqs: list = []
-            if self.automaton is not None:
-                expected = self.tree == "expected"
-                paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else step_capacity)
-            # Last-logit mode: the root's children come from the logits that produced it.
-            root_row = topk if method == "logits-last" else None
-            if estimator is not None:
-                # Beyond the paper: the estimated tree, or the paper's annotated.
-                return estimator.draft(root, step_capacity, paths, freqs, self.table, root_row,
-                                       expected=self.tree == "expected")
-            # Steps 3-4, the paper's merge: retrieval first, then the logits tree fills
-            # the rest; flattened breadth-first.
-            return build_trusted(root, step_capacity, paths, self.table, root_row)
-        if method == "pld":
+        return self.draft_trusted(root, last_topk, capacity)
+
+    # ----------------------------------------------------------------------------------
+    # The step itself, for arguments already checked: the public methods above after
+    # their checks, and the decoding loop (through ``racer_ref.Drafter``'s claim), whose
+    # ids are the model's own. Like the Rust core's ``*_trusted``, nothing is checked here.
+    # ----------------------------------------------------------------------------------
+
+    def observe_trusted(self, tokens: np.ndarray, topk: np.ndarray) -> None:
+        """``observe`` for checked ``(n,)`` ids and their ``(n, k' >= breadth)`` top-k rows."""
+        kept = topk[:, : self.breadth]
+        if self.estimator is not None:
+            # Beyond the paper: rows about the last draft are labelled samples, learned
+            # before the table takes them (the candidates are those the draft saw).
+            self.estimator.learn(tokens.tolist(), kept, self.table)
+        if self.table is not None:
+            # One call, all-or-nothing on its own.
+            self.table.observe_trusted(tokens, kept)
+
+    def commit_trusted(self, tokens: np.ndarray) -> None:
+        """``commit`` for checked ``(n,)`` ids.
+
+        All or nothing: three things change (automaton, history, count), so one undo log
+        covers them all. An interrupt anywhere undoes all three, even one that lands
+        after the automaton is done and before the count is (the automaton's Part 7).
+        """
+        tokens = tokens.tolist()
+        # Apply, logging the undo of each change before making it (the undo module).
+        all_or_nothing(self, lambda undo: self._commit_logged(tokens, undo))
+
+    def _commit_logged(self, tokens: list, undo: UndoLog) -> None:
+        """Commit checked ``tokens`` to all three parts, logging how to take each back."""
+        if self.automaton is not None:
+            # The automaton logs its own changes into *our* log: one log, one rollback,
+            # for all three parts.
+            self.automaton._extend_logged(tokens, undo)
+        if self.method == "pld":
+            # Undo of an append: cut the history back to its old length.
+            undo.append((_truncate, (self.history, len(self.history))))
+            self.history.extend(tokens)
+        # Undo of the count: put the old value back.
+        undo.append((setattr, (self, "num_committed", self.num_committed)))
+        self.num_committed += len(tokens)
+
+    def draft_trusted(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
+        """``draft`` for a checked ``root`` (an int), ``last_topk`` (``(k' >= breadth,)``
+        ids, or ``None`` unless ``logits-last``) and ``capacity`` (``None``: the drafter's)."""
+        capacity = self.capacity if capacity is None else capacity
+        if self.method == "pld":
             # The context is the committed tokens followed by the root.
             chain = prompt_lookup(self.history + [root])
-            return build_trusted(root, step_capacity, [[root] + chain])
-        # "ar": the root alone, i.e. plain autoregressive decoding.
-        return build_trusted(root, step_capacity)
+            return build_trusted(root, capacity, [[root] + chain])
+        if self.method == "ar":
+            # The root alone, i.e. plain autoregressive decoding.
+            return build_trusted(root, capacity)
+        # Last-logit mode: the root's children come from the logits that produced it.
+        root_row = last_topk[: self.breadth].tolist() if self.method == "logits-last" else None
+        if self.estimator is not None:
+            return self._draft_estimated(root, root_row, capacity)
+        # Step 2: the retrieval tree, as root-to-leaf paths (racer and retrieval).
+        paths = [] if self.automaton is None else self.automaton.retrieve_trusted(root, capacity)[0]
+        # Steps 3-4, the paper's merge: retrieval first, then the logits tree fills the
+        # rest; flattened breadth-first.
+        return build_trusted(root, capacity, paths, self.table, root_row)
+
+    def _draft_estimated(self, root: int, root_row: Optional[list], capacity: int) -> DraftTree:
+        """Beyond the paper, with the estimates attached (racer, retrieval, logits,
+        logits-last): the estimated tree (``tree="expected"``), or the paper's tree
+        annotated with path probabilities."""
+        self.estimator.last = None
+        expected = self.tree == "expected"
+        paths: list = []
+        freqs: list = []
+        if self.automaton is not None:
+            # "expected" retrieves at the drafter's capacity (see draft).
+            paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else capacity)
+        return self.estimator.draft(root, capacity, paths, freqs, self.table, root_row, expected=expected)
 
     @property
     def path_probs(self) -> Optional[np.ndarray]:

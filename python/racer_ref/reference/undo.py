@@ -20,7 +20,7 @@ then exactly as before the call (tests/test_interrupts.py interrupts every line)
 Only a second interrupt during that rollback can leave a mix. For that case the owner's
 ``_torn`` flag is set while changes are in flight and cleared when they are complete or
 fully undone; a torn object refuses every call with a ``RuntimeError`` that says to call
-``reset()``, instead of silently losing state later.
+``reset()`` (``check_intact``), instead of silently losing state later.
 
 The Rust core needs none of this: nothing interrupts a Rust call half-way.
 """
@@ -58,3 +58,11 @@ def rollback(owner: Any, undo: UndoLog) -> None:
         function, args = undo.pop()
         function(*args)
     owner._torn = False
+
+
+def check_intact(*owners: Any) -> None:
+    """Raise ``RuntimeError(owner.TORN)`` for the first of ``owners`` (``None`` skipped) left
+    torn: its message says what was interrupted and to call ``reset()``."""
+    for owner in owners:
+        if owner is not None and owner._torn:
+            raise RuntimeError(owner.TORN)
