@@ -167,14 +167,15 @@ class Drafter(NoCopy):
         if tree not in TREES:
             raise ValueError(f'tree: unknown tree {tree!r}; expected "expected" or "paper"')
         self.tree = tree
-        # Then ranges: the table, the capacity, the automaton.
+        # Then ranges: the table, the capacity, the automaton (its own, as it is built).
         self.method = method
         # vocab_size and breadth first, so that the message names breadth as our caller
-        # wrote it (the table calls it k). The table's numpy array is allocated lazily, so
-        # building it for methods that do not use it costs nothing.
+        # wrote it (the table calls it k).
         check_table_size(vocab_size, breadth, "breadth")
-        table = CopyLogitTable(vocab_size, breadth)
         self.capacity = check_capacity(capacity)
+        # The table's numpy array is allocated lazily, so building it for methods that do
+        # not use it costs nothing.
+        table = CopyLogitTable(vocab_size, breadth)
         automaton = Automaton(max_nodes=max_nodes, ngram=ngram, min_border_depth=min_border_depth)
         self.vocab_size = table.vocab_size
         self.breadth = table.k
