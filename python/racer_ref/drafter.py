@@ -15,7 +15,7 @@ import functools
 import threading
 from threading import get_ident
 from types import SimpleNamespace
-from typing import Any, Callable, ContextManager, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
