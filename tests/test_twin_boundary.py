@@ -74,3 +74,64 @@ def test_the_paper_step_runs_no_estimates_and_the_expected_tree_does():
     modules = {m for m, _ in _profile(steps)}
     assert "expected_tree" in modules
     assert d.acceptance_stats() is not None
+
+
+# ---- the decoding loop's step: checked once, at generate()'s boundary ----------------------
+
+
+def _tiny():
+    from models import tiny_model
+
+    return tiny_model("llama")
+
+
+def test_the_loop_steps_the_twin_without_rechecking():
+    import racer_ref
+
+    model, prompt = _tiny(), [5, 6, 7, 8, 9] * 4
+    run = lambda: racer_ref.generate(model, None, prompt, max_new_tokens=12, backend="python",  # noqa: E731
+                                     capacity=16)
+    run()  # warm-up
+    calls = _profile(run)
+    checks = {name for (module, name) in calls if module == "limits"}
+    # The drafter's settings are checked once, when it is built; no step checks its ids.
+    assert checks == {"int_value", "int_or_default", "check_table_size", "check_capacity"}
+    assert calls[("drafter", "draft_trusted")] >= 2 and calls[("drafter", "draft")] == 0
+    assert calls[("drafter", "observe")] == calls[("drafter", "commit")] == 0
+    # A torn drafter is refused once per request, at the claim; the step does not ask again.
+    assert calls[("undo", "check_intact")] == 1 and not any(n == "_check_intact" for _, n in calls)
+
+
+def test_the_loop_refuses_a_torn_twin_before_any_work():
+    import pytest
+
+    import racer_ref
+
+    model, prompt = _tiny(), [5, 6, 7, 8, 9] * 4
+    d = racer_ref.Drafter("racer", vocab_size=128, capacity=16, backend="python")
+    d._impl.automaton._torn = True  # as an interrupted rollback leaves it
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(RuntimeError, match=r"^Automaton: .* call reset\(\)"):
+            racer_ref.generate(model, None, prompt, max_new_tokens=4, drafter=d)
+    finally:
+        hook.remove()
+    assert calls == [] and d.num_committed == 0
+    d.reset()
+    assert len(racer_ref.generate(model, None, prompt, max_new_tokens=4, drafter=d).token_ids) == 4
+
+
+def test_the_loop_refuses_logits_wider_than_the_vocabulary():
+    import pytest
+
+    import racer_ref
+    from models import tiny_model
+
+    model = tiny_model("llama", seed=1)
+    model.config.vocab_size = 100  # the logits keep 128 entries: ids 100..127 are no tokens
+    import importlib.util
+
+    for backend in ["python"] + (["rust"] if importlib.util.find_spec("racer_ref._core") else []):
+        with pytest.raises(ValueError, match="^model: 128 logits per position, more than its config's vocab_size 100"):
+            racer_ref.generate(model, None, [5, 6, 7], max_new_tokens=4, backend=backend)
