@@ -28,6 +28,11 @@ Which tokens go to ``observe`` is the loop's choice: every prompt position after
 and after a verify pass every tree node (rejected ones included, as in the paper) or only
 the accepted ones.
 
+Checks: ``observe``, ``commit`` and ``draft`` check their arguments, then call
+``observe_trusted``, ``commit_trusted`` and ``draft_trusted``, which check nothing (as the
+Rust core's ``drafter.rs``). ``racer_ref.Drafter``'s claim hands the decoding loop those
+directly: the loop's ids are the model's own, checked at ``generate()``'s boundary.
+
 Interrupts: ``observe``, ``commit`` and ``reset`` are all-or-nothing, like the automaton's
 ``extend`` (its Part 7): a ``KeyboardInterrupt`` inside them leaves the drafter as it was.
 This class is not thread-safe; ``racer_ref.Drafter`` refuses a second thread (in use).
