@@ -348,13 +348,8 @@ class Drafter(NoCopy):
         """``draft`` for a checked ``root`` (an int), ``last_topk`` (``(k' >= breadth,)``
         ids, or ``None`` unless ``logits-last``) and ``capacity`` (``None``: the drafter's)."""
         capacity = self.capacity if capacity is None else capacity
-        if self.method == "pld":
-            # The context is the committed tokens followed by the root.
-            chain = prompt_lookup(self.history + [root])
-            return build_trusted(root, capacity, [[root] + chain])
-        if self.method == "ar":
-            # The root alone, i.e. plain autoregressive decoding.
-            return build_trusted(root, capacity)
+        if self.method in ("pld", "ar"):  # the peers without a table or an automaton
+            return self._draft_peer(root, capacity)
         # Last-logit mode: the root's children come from the logits that produced it.
         root_row = last_topk[: self.breadth].tolist() if self.method == "logits-last" else None
         if self.estimator is not None:
@@ -364,6 +359,15 @@ class Drafter(NoCopy):
         # Steps 3-4, the paper's merge: retrieval first, then the logits tree fills the
         # rest; flattened breadth-first.
         return build_trusted(root, capacity, paths, self.table, root_row)
+
+    def _draft_peer(self, root: int, capacity: int) -> DraftTree:
+        """``pld``: one chain, copied by prompt lookup; ``ar``: the root alone."""
+        if self.method == "pld":
+            # The context is the committed tokens followed by the root.
+            chain = prompt_lookup(self.history + [root])
+            return build_trusted(root, capacity, [[root] + chain])
+        # "ar": the root alone, i.e. plain autoregressive decoding.
+        return build_trusted(root, capacity)
 
     def _draft_estimated(self, root: int, root_row: Optional[list], capacity: int) -> DraftTree:
         """Beyond the paper, with the estimates attached (racer, retrieval, logits,
