@@ -30,7 +30,10 @@ line, else the module docstring's first words ("Exercise NN"), else the first tw
 number in the file name (``my_04_lru.py``). ``--json`` prints a
 machine-readable result instead (every case is run; a score per function), for autograders.
 Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
-run in-process on the student's module; nothing is written anywhere.
+run in-process on the student's module; nothing is written anywhere. A file that calls
+``sys.exit()`` (at import or in a function) fails instead of ending the checker; on Unix, an
+import or a case that runs longer than :data:`CASE_SECONDS` fails as too slow (an endless
+loop), and the function's remaining cases are then not run. (``os._exit()`` still ends it.)
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ import io
 import json
 import random
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -1069,15 +1074,65 @@ def unwritten(source: str) -> List[str]:
     return out
 
 
+#: Seconds an import or one case may run before it fails as too slow (an endless loop, or
+#: far from the expected complexity: a correct solution's slowest case takes about a second).
+CASE_SECONDS = 60
+
+
+class TooSlow(BaseException):
+    """Raised inside the student's code when :data:`CASE_SECONDS` are up. A ``BaseException``,
+    so that an ``except Exception`` in the student's loop does not swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`TooSlow` in the code run inside after ``seconds`` (Unix main thread only:
+    elsewhere there is no limit)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TooSlow(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load(path: Path) -> ModuleType:
-    """Import the student's file as a fresh module (not added to ``sys.modules``)."""
+    """Import the student's file as a fresh module (not added to ``sys.modules``), within
+    :data:`CASE_SECONDS`."""
     name = re.sub(r"\W", "_", path.stem)
     spec = importlib.util.spec_from_file_location(f"racer_ref_exercise_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with time_limit(CASE_SECONDS):
+        spec.loader.exec_module(module)
     return module
+
+
+def import_error(path: Path) -> str:
+    """Why ``load(path)`` failed (called in its ``except``): for a syntax error the line and
+    its caret; for ``sys.exit()``, a loop or an exception, the last lines of the traceback."""
+    kind, error, _ = sys.exc_info()
+    if isinstance(error, SyntaxError):
+        lines = traceback.format_exception_only(kind, error)
+        return f"{path} does not import:\n" + "".join(lines).rstrip()
+    if isinstance(error, SystemExit):
+        return f"{path} does not import: it calls sys.exit({error.code!r}) when imported; keep only definitions at the top level"
+    if isinstance(error, TooSlow):
+        return f"{path} does not import: importing it is {error} (an endless loop at the top level?)"
+    # The frames in the student's file (not the import machinery's), then the error.
+    mine = path.resolve()
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
+    lines = traceback.format_list(frames[-3:]) + traceback.format_exception_only(kind, error)
+    return f"{path} does not import:\n" + "".join(lines).rstrip()
 
 
 def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> Exercise:
@@ -1149,7 +1204,13 @@ class Result:
 
 def _run_case(case: Case) -> Tuple[Optional[Failure], Optional[str]]:
     try:
-        return None, case.run()
+        with time_limit(CASE_SECONDS):
+            return None, case.run()
+    except TooSlow as error:
+        return Failure(case.name, f"your code is too slow: {error} (an endless loop?)", "slow"), None
+    except SystemExit as error:
+        return Failure(case.name, f"your code called sys.exit({error.code!r}); a function must return its "
+                       "answer", "raised", traceback=traceback.format_exc().rstrip().splitlines()[-6:]), None
     except Mismatch as mismatch:
         return Failure(case.name, str(mismatch), mismatch.kind or "raised", mismatch.detail), None
     except Exception as error:  # the student's code raised: show where, in their file
@@ -1170,9 +1231,12 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
     if out is not None:
         print(f"exercise {exercise.number} ({exercise.title}): {len(named)} named cases, "
               f"{len(randoms)} random cases", file=out)
+    slow: Dict[str, Failure] = {}  # functions that ran out of time: their other cases are not run
     for kind, cases in (("named", named), ("random", randoms)):
         for case in cases:
-            if every:  # what the student's code prints must not end up in the JSON
+            if case.function in slow:
+                failure, note = slow[case.function], None
+            elif every:  # what the student's code prints must not end up in the JSON
                 with contextlib.redirect_stdout(io.StringIO()):
                     failure, note = _run_case(case)
             else:
@@ -1184,6 +1248,8 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
             if failure is None:
                 result.passed[case.function] += 1
                 continue
+            if failure.kind == "slow":
+                slow[case.function] = failure
             result.failures.setdefault(case.function, failure)
             result.first = result.first or failure
             if not every:
@@ -1243,10 +1309,13 @@ def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
     out.update(exercise=exercise.number, title=exercise.title)
     try:
         out["unwritten"] = unwritten(source)
+    except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
+        pass  # load() below reports it, with the file's name and line
+    try:
         with contextlib.redirect_stdout(io.StringIO()):
             module = load(path)
-    except Exception:
-        out["error"] = "the file does not import:\n" + "\n".join(traceback.format_exc().rstrip().splitlines()[-6:])
+    except (Exception, SystemExit, TooSlow):
+        out["error"] = import_error(path)
         return out
     result = run_cases(module, exercise, every=True)
     functions = {}
@@ -1297,7 +1366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         try:
             todo = unwritten(source)
-        except SyntaxError:
+        except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
             todo = []  # load() below reports it, with its line
         if todo:
             print(f"exercise {exercise.number} ({exercise.title}): not written yet: "
@@ -1306,9 +1375,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             continue
         try:
             module = load(path)
-        except Exception:
-            print(f"FAIL: {path} does not import:")
-            print("\n".join("    " + line for line in traceback.format_exc().rstrip().splitlines()[-6:]))
+        except (Exception, SystemExit, TooSlow):
+            first, *rest = import_error(path).splitlines()
+            print(f"FAIL: {first}")
+            for line in rest:
+                print("    " + line)
             status = 1
             continue
         if not run_exercise(module, exercise, level=args.hint, path=path):
