@@ -247,3 +247,17 @@ def test_text_streamer_never_prints_half_characters(tokenizer):
         assert "\ufffd" not in buf.getvalue()
     streamer.finish()
     assert buf.getvalue() == "héllo wörld 🙂 done\n"
+
+
+def test_loading_a_model_prints_no_progress_bar(model_dir, capfd):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from racer_ref.harness.models import load_model
+
+    assert hf_logging.is_progress_bar_enabled()
+    AutoModelForCausalLM.from_pretrained(model_dir)  # transformers alone draws one
+    assert "Loading weights" in capfd.readouterr().err
+    load_model(model_dir)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # turned back on for the caller's own loads
