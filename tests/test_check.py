@@ -464,3 +464,41 @@ def test_a_function_that_exits_or_loops_fails_its_cases(tmp_path, capsys, monkey
     lru = result["functions"]["LruList"]
     assert result["status"] == "fail" and lru["passed"] == 0 and lru["total"] == result["total"] > 40
     assert lru["first_failure"]["diagnosis"] == kind and words in lru["first_failure"]["message"]
+
+
+@pytest.fixture
+def no_rust_core(monkeypatch):
+    """As in a source checkout with only numpy: ``racer_ref._core`` cannot be imported."""
+    import sys
+
+    import racer_ref
+
+    monkeypatch.delattr(racer_ref, "_core", raising=False)
+    monkeypatch.setitem(sys.modules, "racer_ref._core", None)
+
+
+@pytest.mark.parametrize("number", ["01", "02", "03", "05", "06", "07", "08"])
+def test_without_the_rust_core_the_twin_answers(no_rust_core, capsys, number):
+    assert check._reference("Automaton").__module__ == "racer_ref.reference.automaton"
+    solution = next(SOLUTIONS.glob(f"{number}_*.py"))
+    status, out = run_check(solution, capsys)
+    assert status == 0 and "PASS" in out, out
+
+
+def test_without_the_rust_core_a_planted_bug_still_fails(no_rust_core, tmp_path, capsys):
+    path = _planted(tmp_path, *PLANTED[10][:2], [PLANTED[10][2]])  # the transposed mask
+    status, out = run_check(path, capsys)
+    assert status == 1 and "FAIL" in out and "your code raised" not in out, out
+
+
+def test_without_torch_exercises_09_and_10_are_refused_not_failed(monkeypatch, capsys):
+    import json
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    for solution in [next(SOLUTIONS.glob("09_*.py")), next(SOLUTIONS.glob("10_*.py"))]:
+        assert check.main([str(solution)]) == 2
+        assert "needs torch: pip install 'racer-ref[hf]'" in capsys.readouterr().err
+        assert check.main(["--json", str(solution)]) == 2
+        result = json.loads(capsys.readouterr().out)["files"][0]
+        assert result["status"] == "error" and "needs torch" in result["error"]

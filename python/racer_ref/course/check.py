@@ -7,7 +7,11 @@ then runs, in order, until the first divergence:
 1. the **named cases** the Rust core and the Python twin pass in the test suite
    (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
-   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s).
+   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s). Where the Rust
+   core is not built (a source checkout with only numpy), the Python twin answers instead:
+   the test suite holds the two identical. Exercises 09 and 10 compare against
+   ``racer_ref.verify``, which needs torch: without it they are refused (exit status 2)
+   with what to install, rather than failed.
 
 The first diverging case is printed with what went wrong (its inputs, what was expected,
 what came back, the wrong cell of a mask by row and column), then hints in stages, chosen
@@ -106,6 +110,8 @@ class Exercise:
     random: Callable[[ModuleType], CaseIter]
     #: stage 3: where to read, with a small worked example
     read: str
+    #: modules the reference answers need beyond numpy (checked before the file is run)
+    needs: Tuple[str, ...] = ()
 
 
 def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional[Mismatch]]) -> Optional[str]:
@@ -129,10 +135,20 @@ def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional
 # ======================================================================================
 
 
-def _core_automaton(max_nodes: int, ngram: int, min_border_depth: int = 2):
-    from racer_ref._core import Automaton
+def _reference(name: str) -> Any:
+    """The Rust core's ``name`` (``Automaton``, ``CopyLogitTable``, ``build_draft_tree``), or
+    the Python twin's where the core is not built (the test suite holds the two identical)."""
+    try:
+        from racer_ref import _core
+    except ImportError:
+        import racer_ref.reference as twin
 
-    return Automaton(max_nodes, ngram, min_border_depth)
+        return getattr(twin, name)
+    return getattr(_core, name)
+
+
+def _core_automaton(max_nodes: int, ngram: int, min_border_depth: int = 2):
+    return _reference("Automaton")(max_nodes, ngram, min_border_depth)
 
 
 def _states(automaton) -> Dict[Path_, Tuple[int, Path_, int]]:
@@ -583,7 +599,7 @@ def _named_05(mod: ModuleType) -> CaseIter:
 def _random_05(mod: ModuleType) -> CaseIter:
     import numpy as np
 
-    from racer_ref._core import CopyLogitTable
+    CopyLogitTable = _reference("CopyLogitTable")
 
     for seed in range(60):
         def run(seed=seed) -> None:
@@ -614,19 +630,19 @@ def _random_05(mod: ModuleType) -> CaseIter:
 
 def _core_tree(root: int, capacity: int, paths, rows: Optional[Dict[int, List[int]]], vocab: int, k: int,
                root_topk=None):
-    """The Rust core's flattened draft tree (a ``DraftTree``)."""
+    """The Rust core's (or the twin's) flattened draft tree (a ``DraftTree``)."""
     import numpy as np
 
-    from racer_ref._core import CopyLogitTable, build_draft_tree
     from racer_ref.reference.draft_tree import DraftTree
 
     table = None
     if rows is not None:
-        table = CopyLogitTable(vocab, k)
+        table = _reference("CopyLogitTable")(vocab, k)
         if rows:
             table.observe(list(rows), [rows[t] for t in rows])
     topk = None if root_topk is None else np.array(root_topk)
-    return DraftTree(*build_draft_tree(root, capacity, [list(p) for p in paths], table, topk))
+    tree = _reference("build_draft_tree")(root, capacity, [list(p) for p in paths], table, topk)
+    return tree if isinstance(tree, DraftTree) else DraftTree(*tree)  # the core returns its arrays
 
 
 def _random_rows(rnd: random.Random, vocab: int, k: int) -> Dict[int, List[int]]:
@@ -1042,8 +1058,8 @@ EXERCISES: Dict[str, Exercise] = {
         Exercise("07", "the merged draft tree", ("draft_tree",), _named_07, _random_07, READ["07"]),
         Exercise("08", "tree attention mask, position ids, retrieve_indices",
                  ("tree_attention_mask", "position_ids", "retrieve_indices"), _named_08, _random_08, READ["08"]),
-        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"]),
-        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"]),
+        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"], ("torch",)),
+        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"], ("torch",)),
     ]
 }
 
@@ -1051,6 +1067,18 @@ EXERCISES: Dict[str, Exercise] = {
 # ======================================================================================
 # The runner.
 # ======================================================================================
+
+
+def cannot_check(exercise: Exercise) -> Optional[str]:
+    """Why this installation cannot check ``exercise`` (a module its reference answers need is
+    missing), or ``None``."""
+    for name in exercise.needs:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return (f"exercise {exercise.number} ({exercise.title}) is checked against racer_ref.verify, "
+                    f"which needs {name}: pip install 'racer-ref[hf]' (or torch alone)")
+    return None
 
 
 def unwritten(source: str) -> List[str]:
@@ -1307,6 +1335,9 @@ def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
         out["error"] = str(error)
         return out
     out.update(exercise=exercise.number, title=exercise.title)
+    out["error"] = cannot_check(exercise)
+    if out["error"] is not None:
+        return out
     try:
         out["unwritten"] = unwritten(source)
     except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
@@ -1353,7 +1384,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         passed, total = sum(r["passed"] for r in results), sum(r["total"] for r in results)
         print(json.dumps({"passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0,
                           "files": results}, indent=2))
-        if any(r["status"] == "error" and r["exercise"] is None for r in results):
+        if any(r["status"] == "error" and (r["exercise"] is None or cannot_check(EXERCISES[r["exercise"]]))
+               for r in results):
             return 2
         return 0 if all(r["status"] == "pass" for r in results) else 1
     status = 0
@@ -1363,6 +1395,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             exercise = exercise_of(path, source, args.exercise)
         except (ValueError, OSError) as error:
             print(f"racer-ref check: {error}", file=sys.stderr)
+            return 2
+        reason = cannot_check(exercise)
+        if reason is not None:
+            print(f"racer-ref check: {reason}", file=sys.stderr)
             return 2
         try:
             todo = unwritten(source)
