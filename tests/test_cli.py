@@ -81,6 +81,8 @@ def test_every_option_with_a_default_shows_it_in_help():
     (["bench", "--dataset", "humaneval", "--repeats", "0"], "--repeats: expected an integer >= 1"),
     (["bench", "--dataset", "humaneval", "--limit", "-2"], "--limit: expected an integer >= 1"),
     (["bench", "--dataset", "humaneval", "--per-category", "0"], "--per-category: expected an integer >= 1"),
+    (["generate", "--seed", str(2**64), "hi"], "--seed: expected an integer in [-2**63, 2**64)"),
+    (["generate", "--seed", "1.5", "hi"], "--seed: expected an integer in [-2**63, 2**64), got '1.5'"),
 ])
 def test_bad_arguments_exit_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -133,7 +133,7 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g.add_argument("--tree", default="paper", choices=["paper", "expected"],
                    help="draft tree: paper (default: the paper's merge, retrieval first, then the "
                         "logits tree) or expected (the nodes with the most expected accepted tokens)")
-    g.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
+    g.add_argument("--seed", type=_seed_arg, default=0, help="random seed for sampling (default 0)")
 
 
 def _positive_int(text: str) -> int:
@@ -156,6 +156,17 @@ def _temperature_arg(text: str) -> float:
         check_sampling_arguments(value, 1.0)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected 0 (greedy) or a finite number > 0, got {text!r}") from exc
+    return value
+
+
+def _seed_arg(text: str) -> int:
+    """An argparse type: ``generate()``'s rule for ``seed`` (an integer in ``[-2**63, 2**64)``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 2**64
+    if not -(2**63) <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [-2**63, 2**64), got {text!r}")
     return value
 
 
