@@ -410,3 +410,95 @@ def test_the_old_import_paths_still_work_with_a_warning():
             module = importlib.import_module(old)
         assert f"{old} moved to {new}" in [str(w.message).split(";")[0] for w in warned]
         assert module is importlib.import_module(new)
+
+
+# A student's file that exits, loops or prints must fail as a file, never end the checker
+# (an autograder would read sys.exit(0) as a pass) nor spoil the JSON.
+LRU_INIT = "class LruList:\n    def __init__(self, capacity):\n        {body}\n"
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+@pytest.mark.parametrize("source, words", [
+    ("import sys\nprint('noise ' * 50)\nsys.exit(0)\n", "calls sys.exit(0) when imported"),
+    ("while True:\n    pass\n", "still running after 0.5 s"),
+    ("raise RuntimeError('at import')\n", "RuntimeError: at import"),
+    ("def f(:\n", "SyntaxError"),
+])
+def test_a_file_that_exits_loops_or_raises_at_import_fails_as_a_file(tmp_path, capsys, monkeypatch, json_mode,
+                                                                      source, words):
+    import json
+
+    monkeypatch.setattr(check, "CASE_SECONDS", 0.5)
+    path = tmp_path / "04_bad.py"
+    path.write_text(source)
+    monkeypatch.chdir(tmp_path)  # a relative path, as a student types it
+    status = check.main((["--json"] if json_mode else []) + ["04_bad.py"])
+    out = capsys.readouterr().out
+    assert status == 1
+    text = json.loads(out)["files"][0]["error"] if json_mode else out
+    assert "does not import" in text and words in text, text
+    assert "importlib" not in text  # the student's frames only
+    if "RuntimeError" in words:
+        assert "04_bad.py\", line 1, in <module>" in text
+    if json_mode:
+        assert "noise" not in out  # what the file prints stays out of the JSON
+    if words == "SyntaxError":
+        assert "04_bad.py\", line 1" in text
+
+
+@pytest.mark.parametrize("body, words, kind", [
+    ("import sys; sys.exit(0)", "your code called sys.exit(0)", "raised"),
+    ("while True: pass", "your code is too slow: still running after 0.5 s", "slow"),
+])
+def test_a_function_that_exits_or_loops_fails_its_cases(tmp_path, capsys, monkeypatch, body, words, kind):
+    import json
+
+    monkeypatch.setattr(check, "CASE_SECONDS", 0.5)
+    path = tmp_path / "04_bad.py"
+    path.write_text(LRU_INIT.format(body=body))
+    status, out = run_check(path, capsys)
+    assert status == 1 and f"FAIL lru010_empty: {words}" in out
+    assert f"hint: {check.HINTS[kind].diagnosis}" in out
+    assert check.main(["--json", str(path)]) == 1
+    result = json.loads(capsys.readouterr().out)["files"][0]
+    lru = result["functions"]["LruList"]
+    assert result["status"] == "fail" and lru["passed"] == 0 and lru["total"] == result["total"] > 40
+    assert lru["first_failure"]["diagnosis"] == kind and words in lru["first_failure"]["message"]
+
+
+@pytest.fixture
+def no_rust_core(monkeypatch):
+    """As in a source checkout with only numpy: ``racer_ref._core`` cannot be imported."""
+    import sys
+
+    import racer_ref
+
+    monkeypatch.delattr(racer_ref, "_core", raising=False)
+    monkeypatch.setitem(sys.modules, "racer_ref._core", None)
+
+
+@pytest.mark.parametrize("number", ["01", "02", "03", "05", "06", "07", "08"])
+def test_without_the_rust_core_the_twin_answers(no_rust_core, capsys, number):
+    assert check._reference("Automaton").__module__ == "racer_ref.reference.automaton"
+    solution = next(SOLUTIONS.glob(f"{number}_*.py"))
+    status, out = run_check(solution, capsys)
+    assert status == 0 and "PASS" in out, out
+
+
+def test_without_the_rust_core_a_planted_bug_still_fails(no_rust_core, tmp_path, capsys):
+    path = _planted(tmp_path, *PLANTED[10][:2], [PLANTED[10][2]])  # the transposed mask
+    status, out = run_check(path, capsys)
+    assert status == 1 and "FAIL" in out and "your code raised" not in out, out
+
+
+def test_without_torch_exercises_09_and_10_are_refused_not_failed(monkeypatch, capsys):
+    import json
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    for solution in [next(SOLUTIONS.glob("09_*.py")), next(SOLUTIONS.glob("10_*.py"))]:
+        assert check.main([str(solution)]) == 2
+        assert "needs torch: pip install 'racer-ref[hf]'" in capsys.readouterr().err
+        assert check.main(["--json", str(solution)]) == 2
+        result = json.loads(capsys.readouterr().out)["files"][0]
+        assert result["status"] == "error" and "needs torch" in result["error"]

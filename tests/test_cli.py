@@ -70,6 +70,19 @@ def test_every_option_with_a_default_shows_it_in_help():
     (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected names from ar, hf-greedy"),
     (["bench", "--methods", "ar"], "one of the arguments --dataset --questions is required"),
     (["bench", "--dataset", "humaneval", "--questions", "x.jsonl"], "not allowed with argument"),
+    # Refused when parsing, before the model loads (they used to end in a traceback after it).
+    (["generate", "--temperature", "-1", "hi"], "--temperature: expected 0 (greedy) or a finite number > 0, got '-1'"),
+    (["generate", "--temperature", "nan", "hi"], "--temperature: expected 0 (greedy) or a finite number > 0"),
+    (["generate", "--max-new-tokens", "-1", "hi"], "--max-new-tokens: expected an integer >= 1, got '-1'"),
+    (["demo", "--max-new-tokens", "0"], "--max-new-tokens: expected an integer >= 1, got '0'"),
+    (["generate", "--threads", "0", "hi"], "--threads: expected an integer >= 1"),
+    (["generate", "--trace-out", "tree.txt", "hi"], "--trace-out: expected a .html, .png, .svg or .pdf file"),
+    (["generate", "--trace-max-nodes", "0", "hi"], "--trace-max-nodes: expected an integer >= 1"),
+    (["bench", "--dataset", "humaneval", "--repeats", "0"], "--repeats: expected an integer >= 1"),
+    (["bench", "--dataset", "humaneval", "--limit", "-2"], "--limit: expected an integer >= 1"),
+    (["bench", "--dataset", "humaneval", "--per-category", "0"], "--per-category: expected an integer >= 1"),
+    (["generate", "--seed", str(2**64), "hi"], "--seed: expected an integer in [-2**63, 2**64)"),
+    (["generate", "--seed", "1.5", "hi"], "--seed: expected an integer in [-2**63, 2**64), got '1.5'"),
 ])
 def test_bad_arguments_exit_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -236,3 +249,17 @@ def test_text_streamer_never_prints_half_characters(tokenizer):
         assert "\ufffd" not in buf.getvalue()
     streamer.finish()
     assert buf.getvalue() == "héllo wörld 🙂 done\n"
+
+
+def test_loading_a_model_prints_no_progress_bar(model_dir, capfd):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from racer_ref.harness.models import load_model
+
+    assert hf_logging.is_progress_bar_enabled()
+    AutoModelForCausalLM.from_pretrained(model_dir)  # transformers alone draws one
+    assert "Loading weights" in capfd.readouterr().err
+    load_model(model_dir)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # turned back on for the caller's own loads

@@ -105,7 +105,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="attention implementation; sdpa_gqa: sdpa without copying the KV cache per "
                         "query head on a CPU (racer_ref.speedups.attention); auto (default): transformers' "
                         "choice, and sdpa_gqa instead of sdpa for grouped-query models")
-    g.add_argument("--threads", type=int, default=None, metavar="N",
+    g.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's)")
     g.add_argument("--cpu-kernels", default="auto", choices=["auto", "off"],
                    help="auto (default): on a CPU, time PyTorch's stock, oneDNN and MKL linear kernels on the model at "
@@ -125,15 +125,56 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
                    help="draft-tree nodes per verify pass, root included, or 'auto': the size with the "
                         "most tokens/s measured on this device (default: the paper's 64 on CUDA, 16 "
                         "elsewhere)")
-    g.add_argument("--max-new-tokens", type=int, default=default_tokens, metavar="N",
+    g.add_argument("--max-new-tokens", type=_positive_int, default=default_tokens, metavar="N",
                    help=f"new tokens to generate at most (default {default_tokens})")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--temperature", type=_temperature_arg, default=0.0, help="0 = greedy (default)")
     g.add_argument("--backend", default="rust", choices=["rust", "python"],
                    help="drafter implementation (default rust)")
     g.add_argument("--tree", default="paper", choices=["paper", "expected"],
                    help="draft tree: paper (default: the paper's merge, retrieval first, then the "
                         "logits tree) or expected (the nodes with the most expected accepted tokens)")
-    g.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
+    g.add_argument("--seed", type=_seed_arg, default=0, help="random seed for sampling (default 0)")
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (checked when parsing, before the model loads)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _temperature_arg(text: str) -> float:
+    """An argparse type: ``generate()``'s rule for ``temperature`` (0, or a finite number > 0)."""
+    from racer_ref.options import check_sampling_arguments
+
+    try:
+        value = float(text)
+        check_sampling_arguments(value, 1.0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected 0 (greedy) or a finite number > 0, got {text!r}") from exc
+    return value
+
+
+def _seed_arg(text: str) -> int:
+    """An argparse type: ``generate()``'s rule for ``seed`` (an integer in ``[-2**63, 2**64)``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 2**64
+    if not -(2**63) <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [-2**63, 2**64), got {text!r}")
+    return value
+
+
+def _trace_out_arg(text: str) -> str:
+    """An argparse type: a file name that :func:`racer_ref.harness.trace.save_trace` can write."""
+    if Path(text).suffix.lower() not in (".html", ".png", ".svg", ".pdf"):
+        raise argparse.ArgumentTypeError(f"expected a .html, .png, .svg or .pdf file, got {text!r}")
+    return text
 
 
 def _capacity_arg(text: str) -> Any:
@@ -205,11 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-warmup", action="store_true", help="skip the short warm-up runs")
     g.add_argument("--trace", action="store_true",
                    help="print each step's draft tree, node sources and accepted path")
-    g.add_argument("--trace-out", default=None, metavar="FILE",
+    g.add_argument("--trace-out", default=None, type=_trace_out_arg, metavar="FILE",
                    help="also save the trace: .html (all steps) or .png/.svg/.pdf (one step)")
     g.add_argument("--trace-step", type=int, default=None, metavar="I",
                    help="step drawn in a picture (default: the longest accepted path)")
-    g.add_argument("--trace-max-nodes", type=int, default=None, metavar="N",
+    g.add_argument("--trace-max-nodes", type=_positive_int, default=None, metavar="N",
                    help="draw at most N nodes per step in the terminal (accepted ones always; default: all)")
     _add_decoding_args(g, 128)
     _add_model_args(g)
@@ -226,10 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "of 1,000-4,000 tokens)")
     src.add_argument("--questions", metavar="PATH",
                      help="a JSONL (Spec-Bench / MT-Bench / GSM8K / HumanEval format) or MGSM TSV file")
-    b.add_argument("--limit", type=int, default=None, metavar="N", help="first N prompts (after --per-category; default: all)")
-    b.add_argument("--per-category", type=int, default=None, metavar="N", help="first N prompts of each category (default: all)")
+    b.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="first N prompts (after --per-category; default: all)")
+    b.add_argument("--per-category", type=_positive_int, default=None, metavar="N", help="first N prompts of each category (default: all)")
     b.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default bench-out)")
-    b.add_argument("--repeats", type=int, default=1, metavar="N",
+    b.add_argument("--repeats", type=_positive_int, default=1, metavar="N",
                    help="run each prompt and method N times, keep the shortest wall time (default 1)")
     b.add_argument("--turns", default="all", choices=list(TURNS),
                    help="all (default): every turn of a multi-turn question (MT-Bench, Spec-Bench's "
@@ -258,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.course.check)",
                    add_help=False)
     d = sub.add_parser("demo", help="RACER vs plain greedy on one prose and one code prompt")
-    d.add_argument("--max-new-tokens", type=int, default=96, metavar="N",
+    d.add_argument("--max-new-tokens", type=_positive_int, default=96, metavar="N",
                    help="new tokens per prompt (default 96)")
     d.add_argument("--capacity", default=None, type=_capacity_arg,
                    help="default: 64 on CUDA, 16 elsewhere")
@@ -284,8 +325,6 @@ def run_generate(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not text.strip():
         raise SystemExit("racer-ref generate: error: the prompt is empty")
-    if args.max_new_tokens < 1:
-        raise SystemExit("racer-ref generate: error: --max-new-tokens must be >= 1")
     if args.baseline == "hf-greedy" and args.temperature > 0:
         # hf-greedy is greedy only; with sampling, compare against our own loop's plain decoding.
         print("note: --temperature > 0, so the baseline is `ar` (our loop, one token per pass)",
@@ -326,8 +365,11 @@ def run_generate(args: argparse.Namespace) -> int:
             console.print(f"(no draft trees to trace for method {args.method})")
     if args.trace_out:
         if steps:
-            path = save_trace(steps, args.trace_out, tokenizer, step=args.trace_step,
-                              max_nodes=args.trace_max_nodes)
+            try:
+                path = save_trace(steps, args.trace_out, tokenizer, step=args.trace_step,
+                                  max_nodes=args.trace_max_nodes)
+            except ValueError as exc:  # --trace-step beyond the steps this run made
+                raise SystemExit(f"racer-ref generate: error: --trace-out: {exc}") from None
             console.print(f"trace saved to {path}")
         else:
             console.print(f"(no draft trees to save for method {args.method})")
@@ -371,8 +413,6 @@ def run_bench_cmd(args: argparse.Namespace) -> int:
                                per_category=args.per_category, limit=args.limit)
     except (ValueError, FileNotFoundError) as exc:
         raise SystemExit(f"racer-ref bench: error: {exc}")
-    if args.max_new_tokens < 1:
-        raise SystemExit("racer-ref bench: error: --max-new-tokens must be >= 1")
     model, tokenizer = load(args)
     args.capacity = default_capacity(args.capacity, model)
     source = args.dataset or str(args.questions)

@@ -7,7 +7,11 @@ then runs, in order, until the first divergence:
 1. the **named cases** the Rust core and the Python twin pass in the test suite
    (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
-   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s).
+   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s). Where the Rust
+   core is not built (a source checkout with only numpy), the Python twin answers instead:
+   the test suite holds the two identical. Exercises 09 and 10 compare against
+   ``racer_ref.verify``, which needs torch: without it they are refused (exit status 2)
+   with what to install, rather than failed.
 
 The first diverging case is printed with what went wrong (its inputs, what was expected,
 what came back, the wrong cell of a mask by row and column), then hints in stages, chosen
@@ -30,7 +34,10 @@ line, else the module docstring's first words ("Exercise NN"), else the first tw
 number in the file name (``my_04_lru.py``). ``--json`` prints a
 machine-readable result instead (every case is run; a score per function), for autograders.
 Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
-run in-process on the student's module; nothing is written anywhere.
+run in-process on the student's module; nothing is written anywhere. A file that calls
+``sys.exit()`` (at import or in a function) fails instead of ending the checker; on Unix, an
+import or a case that runs longer than :data:`CASE_SECONDS` fails as too slow (an endless
+loop), and the function's remaining cases are then not run. (``os._exit()`` still ends it.)
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ import io
 import json
 import random
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -101,6 +110,8 @@ class Exercise:
     random: Callable[[ModuleType], CaseIter]
     #: stage 3: where to read, with a small worked example
     read: str
+    #: modules the reference answers need beyond numpy (checked before the file is run)
+    needs: Tuple[str, ...] = ()
 
 
 def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional[Mismatch]]) -> Optional[str]:
@@ -124,10 +135,20 @@ def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional
 # ======================================================================================
 
 
-def _core_automaton(max_nodes: int, ngram: int, min_border_depth: int = 2):
-    from racer_ref._core import Automaton
+def _reference(name: str) -> Any:
+    """The Rust core's ``name`` (``Automaton``, ``CopyLogitTable``, ``build_draft_tree``), or
+    the Python twin's where the core is not built (the test suite holds the two identical)."""
+    try:
+        from racer_ref import _core
+    except ImportError:
+        import racer_ref.reference as twin
 
-    return Automaton(max_nodes, ngram, min_border_depth)
+        return getattr(twin, name)
+    return getattr(_core, name)
+
+
+def _core_automaton(max_nodes: int, ngram: int, min_border_depth: int = 2):
+    return _reference("Automaton")(max_nodes, ngram, min_border_depth)
 
 
 def _states(automaton) -> Dict[Path_, Tuple[int, Path_, int]]:
@@ -578,7 +599,7 @@ def _named_05(mod: ModuleType) -> CaseIter:
 def _random_05(mod: ModuleType) -> CaseIter:
     import numpy as np
 
-    from racer_ref._core import CopyLogitTable
+    CopyLogitTable = _reference("CopyLogitTable")
 
     for seed in range(60):
         def run(seed=seed) -> None:
@@ -609,19 +630,19 @@ def _random_05(mod: ModuleType) -> CaseIter:
 
 def _core_tree(root: int, capacity: int, paths, rows: Optional[Dict[int, List[int]]], vocab: int, k: int,
                root_topk=None):
-    """The Rust core's flattened draft tree (a ``DraftTree``)."""
+    """The Rust core's (or the twin's) flattened draft tree (a ``DraftTree``)."""
     import numpy as np
 
-    from racer_ref._core import CopyLogitTable, build_draft_tree
     from racer_ref.reference.draft_tree import DraftTree
 
     table = None
     if rows is not None:
-        table = CopyLogitTable(vocab, k)
+        table = _reference("CopyLogitTable")(vocab, k)
         if rows:
             table.observe(list(rows), [rows[t] for t in rows])
     topk = None if root_topk is None else np.array(root_topk)
-    return DraftTree(*build_draft_tree(root, capacity, [list(p) for p in paths], table, topk))
+    tree = _reference("build_draft_tree")(root, capacity, [list(p) for p in paths], table, topk)
+    return tree if isinstance(tree, DraftTree) else DraftTree(*tree)  # the core returns its arrays
 
 
 def _random_rows(rnd: random.Random, vocab: int, k: int) -> Dict[int, List[int]]:
@@ -1037,8 +1058,8 @@ EXERCISES: Dict[str, Exercise] = {
         Exercise("07", "the merged draft tree", ("draft_tree",), _named_07, _random_07, READ["07"]),
         Exercise("08", "tree attention mask, position ids, retrieve_indices",
                  ("tree_attention_mask", "position_ids", "retrieve_indices"), _named_08, _random_08, READ["08"]),
-        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"]),
-        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"]),
+        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"], ("torch",)),
+        Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"], ("torch",)),
     ]
 }
 
@@ -1046,6 +1067,18 @@ EXERCISES: Dict[str, Exercise] = {
 # ======================================================================================
 # The runner.
 # ======================================================================================
+
+
+def cannot_check(exercise: Exercise) -> Optional[str]:
+    """Why this installation cannot check ``exercise`` (a module its reference answers need is
+    missing), or ``None``."""
+    for name in exercise.needs:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return (f"exercise {exercise.number} ({exercise.title}) is checked against racer_ref.verify, "
+                    f"which needs {name}: pip install 'racer-ref[hf]' (or torch alone)")
+    return None
 
 
 def unwritten(source: str) -> List[str]:
@@ -1069,15 +1102,65 @@ def unwritten(source: str) -> List[str]:
     return out
 
 
+#: Seconds an import or one case may run before it fails as too slow (an endless loop, or
+#: far from the expected complexity: a correct solution's slowest case takes about a second).
+CASE_SECONDS = 60
+
+
+class TooSlow(BaseException):
+    """Raised inside the student's code when :data:`CASE_SECONDS` are up. A ``BaseException``,
+    so that an ``except Exception`` in the student's loop does not swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`TooSlow` in the code run inside after ``seconds`` (Unix main thread only:
+    elsewhere there is no limit)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TooSlow(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load(path: Path) -> ModuleType:
-    """Import the student's file as a fresh module (not added to ``sys.modules``)."""
+    """Import the student's file as a fresh module (not added to ``sys.modules``), within
+    :data:`CASE_SECONDS`."""
     name = re.sub(r"\W", "_", path.stem)
     spec = importlib.util.spec_from_file_location(f"racer_ref_exercise_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with time_limit(CASE_SECONDS):
+        spec.loader.exec_module(module)
     return module
+
+
+def import_error(path: Path) -> str:
+    """Why ``load(path)`` failed (called in its ``except``): for a syntax error the line and
+    its caret; for ``sys.exit()``, a loop or an exception, the last lines of the traceback."""
+    kind, error, _ = sys.exc_info()
+    if isinstance(error, SyntaxError):
+        lines = traceback.format_exception_only(kind, error)
+        return f"{path} does not import:\n" + "".join(lines).rstrip()
+    if isinstance(error, SystemExit):
+        return f"{path} does not import: it calls sys.exit({error.code!r}) when imported; keep only definitions at the top level"
+    if isinstance(error, TooSlow):
+        return f"{path} does not import: importing it is {error} (an endless loop at the top level?)"
+    # The frames in the student's file (not the import machinery's), then the error.
+    mine = path.resolve()
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
+    lines = traceback.format_list(frames[-3:]) + traceback.format_exception_only(kind, error)
+    return f"{path} does not import:\n" + "".join(lines).rstrip()
 
 
 def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> Exercise:
@@ -1149,7 +1232,13 @@ class Result:
 
 def _run_case(case: Case) -> Tuple[Optional[Failure], Optional[str]]:
     try:
-        return None, case.run()
+        with time_limit(CASE_SECONDS):
+            return None, case.run()
+    except TooSlow as error:
+        return Failure(case.name, f"your code is too slow: {error} (an endless loop?)", "slow"), None
+    except SystemExit as error:
+        return Failure(case.name, f"your code called sys.exit({error.code!r}); a function must return its "
+                       "answer", "raised", traceback=traceback.format_exc().rstrip().splitlines()[-6:]), None
     except Mismatch as mismatch:
         return Failure(case.name, str(mismatch), mismatch.kind or "raised", mismatch.detail), None
     except Exception as error:  # the student's code raised: show where, in their file
@@ -1170,9 +1259,12 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
     if out is not None:
         print(f"exercise {exercise.number} ({exercise.title}): {len(named)} named cases, "
               f"{len(randoms)} random cases", file=out)
+    slow: Dict[str, Failure] = {}  # functions that ran out of time: their other cases are not run
     for kind, cases in (("named", named), ("random", randoms)):
         for case in cases:
-            if every:  # what the student's code prints must not end up in the JSON
+            if case.function in slow:
+                failure, note = slow[case.function], None
+            elif every:  # what the student's code prints must not end up in the JSON
                 with contextlib.redirect_stdout(io.StringIO()):
                     failure, note = _run_case(case)
             else:
@@ -1184,6 +1276,8 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
             if failure is None:
                 result.passed[case.function] += 1
                 continue
+            if failure.kind == "slow":
+                slow[case.function] = failure
             result.failures.setdefault(case.function, failure)
             result.first = result.first or failure
             if not every:
@@ -1241,12 +1335,18 @@ def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
         out["error"] = str(error)
         return out
     out.update(exercise=exercise.number, title=exercise.title)
+    out["error"] = cannot_check(exercise)
+    if out["error"] is not None:
+        return out
     try:
         out["unwritten"] = unwritten(source)
+    except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
+        pass  # load() below reports it, with the file's name and line
+    try:
         with contextlib.redirect_stdout(io.StringIO()):
             module = load(path)
-    except Exception:
-        out["error"] = "the file does not import:\n" + "\n".join(traceback.format_exc().rstrip().splitlines()[-6:])
+    except (Exception, SystemExit, TooSlow):
+        out["error"] = import_error(path)
         return out
     result = run_cases(module, exercise, every=True)
     functions = {}
@@ -1284,7 +1384,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         passed, total = sum(r["passed"] for r in results), sum(r["total"] for r in results)
         print(json.dumps({"passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0,
                           "files": results}, indent=2))
-        if any(r["status"] == "error" and r["exercise"] is None for r in results):
+        if any(r["status"] == "error" and (r["exercise"] is None or cannot_check(EXERCISES[r["exercise"]]))
+               for r in results):
             return 2
         return 0 if all(r["status"] == "pass" for r in results) else 1
     status = 0
@@ -1295,9 +1396,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (ValueError, OSError) as error:
             print(f"racer-ref check: {error}", file=sys.stderr)
             return 2
+        reason = cannot_check(exercise)
+        if reason is not None:
+            print(f"racer-ref check: {reason}", file=sys.stderr)
+            return 2
         try:
             todo = unwritten(source)
-        except SyntaxError:
+        except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
             todo = []  # load() below reports it, with its line
         if todo:
             print(f"exercise {exercise.number} ({exercise.title}): not written yet: "
@@ -1306,9 +1411,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             continue
         try:
             module = load(path)
-        except Exception:
-            print(f"FAIL: {path} does not import:")
-            print("\n".join("    " + line for line in traceback.format_exc().rstrip().splitlines()[-6:]))
+        except (Exception, SystemExit, TooSlow):
+            first, *rest = import_error(path).splitlines()
+            print(f"FAIL: {first}")
+            for line in rest:
+                print("    " + line)
             status = 1
             continue
         if not run_exercise(module, exercise, level=args.hint, path=path):

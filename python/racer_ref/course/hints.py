@@ -309,6 +309,12 @@ HINTS: Dict[str, Hint] = {
         "your code raised an exception on this case (its last lines are above, in your file).",
         "Call the function by hand in a Python shell with the inputs of the failing case and "
         "print the values just before the line that raised."),
+    "slow": Hint(
+        "your code did not finish this case in time: a loop that never ends, or far more work "
+        "than the exercise needs (the other cases of this function are not run).",
+        "Call the function by hand on the failing case with a print in each loop: does every "
+        "loop move toward its end? Does one operation walk a whole list where the tutorial's "
+        "structure reaches the element directly?"),
 }
 
 READ: Dict[str, str] = {

