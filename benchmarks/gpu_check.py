@@ -70,8 +70,8 @@ def lossless(model: Any, tokenizer: Any, prompts: List[Any], max_new_tokens: int
         ids = encode_prompt(tokenizer, prompt.text, prompt.chat)
         reference = hf_generate(model, tokenizer, ids, max_new_tokens, "hf-greedy").token_ids
         for method in LOSSLESS_METHODS:
-            out = generate(model, tokenizer, ids, max_new_tokens=max_new_tokens, method=method,
-                           capacity=capacity)
+            settings = {} if method == "ar" else {"capacity": capacity}  # ar drafts nothing
+            out = generate(model, tokenizer, ids, max_new_tokens=max_new_tokens, method=method, **settings)
             same[method].append(out.token_ids == reference)
     return same
 

@@ -686,3 +686,12 @@ def test_capacity_defaults_to_the_devices_and_auto_is_lossless():
     assert paper.token_ids == truth and max(paper.tree_sizes) > 16
     auto = generate(m, None, prompt, max_new_tokens=NEW, capacity="auto")
     assert auto.token_ids == truth and max(auto.tree_sizes) <= 64
+
+
+def test_ar_warns_about_drafter_settings_it_does_not_use():
+    """``method="ar"`` drafts nothing: a drafter setting passed with it is named in a warning, not dropped silently."""
+    m, p = tiny_model(), [5, 6, 7, 8] * 3
+    want = generate(m, None, p, max_new_tokens=3, method="ar").token_ids
+    for name, value in (("capacity", 4), ("breadth", 2), ("ngram", 3), ("backend", "python"), ("tree", "expected")):
+        with pytest.warns(UserWarning, match=rf"^{name}: .* is not used: method 'ar' drafts nothing"):
+            assert generate(m, None, p, max_new_tokens=3, method="ar", **{name: value}).token_ids == want

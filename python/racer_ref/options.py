@@ -584,7 +584,7 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
         given["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     method = "racer" if method is None and drafter is None else method
     if drafter is not None or method == "ar":
-        return _checked_drafter(drafter, vocab_size, method, given, a["breadth"])
+        return _checked_drafter(drafter, vocab_size, method, given, a)
     settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
     built = Drafter(method, vocab_size, **settings)
     if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
@@ -595,12 +595,17 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
 
 
 def _checked_drafter(drafter: Any, vocab_size: int, method: Optional[str], given: Dict[str, Any],
-                     breadth: Optional[int]) -> Tuple[Any, int, str]:
+                     a: Dict[str, Any]) -> Tuple[Any, int, str]:
     """``_drafter`` for a drafter of the caller's, or for ``"ar"`` (``drafter`` None): the
-    parameters checked here, since no ``racer_ref.Drafter`` is built to check them."""
+    parameters checked here, since no ``racer_ref.Drafter`` is built to check them. With
+    ``"ar"`` (root-only trees) a drafter setting the caller passed is named in a warning."""
     _check_drafter_settings(given, vocab_size)
     if drafter is None:
+        for name in (n for n in DRAFTER_DEFAULTS if a[n] is not None):
+            warnings.warn(f"{name}: {a[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
+                          stacklevel=5)
         return RootOnlyDrafter(), 0, "ar"
+    breadth = a["breadth"]
     drafter = _given_drafter(drafter, vocab_size, {"method": method, **given})
     own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
     k = own_breadth if own_breadth is not None else (breadth or DRAFTER_DEFAULTS["breadth"])

@@ -300,8 +300,9 @@ class MethodRunner:
         self._sync()
         tic = time.perf_counter()
         # A drafter made here carries the method and its settings; otherwise generate() makes one.
-        settings = dict(drafter=drafter) if drafter is not None else dict(
-            method=method, capacity=int(capacity) if isinstance(capacity, int) else 64,
+        # (``ar`` drafts nothing: generate() warns about drafter settings passed with it.)
+        settings = dict(drafter=drafter) if drafter is not None else dict(method=method) if method == "ar" else dict(
+            method=method, capacity=int(capacity) if isinstance(capacity, int) else DEFAULT_CAPACITY,
             breadth=self.breadth, backend=self.backend)
         result = generate(
             self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, temperature=self.temperature,
