@@ -40,20 +40,22 @@ DEMO_MAX_NEW_TOKENS = 192
 #: Prompts of ``racer-ref demo`` (and ``make demo``): tasks a user asks of an assistant where
 #: the answer repeats much of its context, the work retrieval drafting is for.
 DEMO_PROMPTS = (
-    DemoPrompt("passage", "Correct the spelling mistakes in this email and return the corrected email:\n\n"
-               "Hi everyone,\n\nWe are happy to anounce version 2.4 of our notes app. Notes now sync "
-               "between your phone and your laptop within a few secconds. Deleted notes are kept in the "
-               "trash for thirty days before they are removed for good. The search box now finds words "
-               "inside atached PDF files. Dark mode now follows the sytem setting on Windows, macOS and "
-               "Android. Thank you for using our app!\n\nThe Notes team",
-               kind="correct a given email"),
-    DemoPrompt("code", "Add type hints to this Python function and return the whole function:\n\n"
-               "```python\ndef make_greeting(name, title, excited):\n"
-               "    greeting = 'Hello, ' + title + ' ' + name\n    if excited:\n"
-               "        greeting = greeting + '!'\n    return greeting\n```",
-               kind="edit a given function"),
-    DemoPrompt("turn 2", "Make the email shorter and more friendly.", follows="passage",
-               kind="revise the first answer"),
+    DemoPrompt("passage", "Fix the typos in this text:\n\nThe new version of the app lets you sync your notes "
+               "between you're phone and your laptop. When you edit a note on one device, the change apear "
+               "on the other device within a few second. Notes that you deleted are kept in the trash for "
+               "thirty days, so you can restore them if you change your mind.\n\nTo turn on syncing, open "
+               "the settings page and sign in with your acount. If you dont have an account yet, you can "
+               "create one for free. Your notes are encrypted before they leave your device, so nobody else "
+               "can read them.",
+               kind="fix the typos in a given text"),
+    DemoPrompt("code", "Rewrite this Python function to use a list comprehension instead of the loop:\n\n"
+               "```python\ndef long_words(text, min_length):\n"
+               "    \"\"\"The words of `text` with at least `min_length` letters, punctuation removed.\"\"\"\n"
+               "    words = [w.strip('.,;:!?') for w in text.split()]\n    result = []\n"
+               "    for word in words:\n        if len(word) >= min_length:\n"
+               "            result.append(word)\n    return result\n```",
+               kind="rewrite a given function"),
+    DemoPrompt("turn 2", "Make it shorter.", follows="passage", kind="revise the first answer"),
 )
 
 #: Used when the shared data folder is not there (e.g. an installed package).
