@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.check)",
                    add_help=False)
-    d = sub.add_parser("demo", help="RACER vs plain greedy on a passage to rewrite, code to edit and a second turn")
+    d = sub.add_parser("demo", help="RACER vs plain greedy on a text to correct, code to rewrite and a second turn")
     d.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS, metavar="N",
                    help=f"new tokens per prompt (default {DEMO_MAX_NEW_TOKENS})")
     d.add_argument("--capacity", default=None, type=_capacity_arg,

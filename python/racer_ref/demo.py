@@ -1,8 +1,8 @@
 """The main job (``make demo``, ``python -m racer_ref.demo``).
 
 :func:`main` runs RACER against plain greedy decoding on the default model, on three
-prompts of the kinds RACER is for (rewriting a given passage, editing given code, and a
-second turn that revises the first answer), and prints the numbers with where the accepted
+prompts of the kinds RACER is for (fixing the typos in a given text, rewriting a given
+function, and a second turn that revises the first answer), and prints the numbers with where the accepted
 drafts came from (:func:`run_demo`; the same as ``racer-ref demo``). ``--walkthrough`` first shows the retrieval automaton at work on real
 text (:func:`automaton_walkthrough`, self-contained, no model needed).
 """
@@ -483,8 +483,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = argparse.ArgumentParser(
         prog="python -m racer_ref.demo",
-        description="RACER against plain greedy decoding on the default model: a passage to rewrite, "
-                    "code to edit, and a second turn that revises the first answer.")
+        description="RACER against plain greedy decoding on the default model: a text to correct, "
+                    "a function to rewrite, and a second turn that revises the first answer.")
     parser.add_argument("--walkthrough", action="store_true",
                         help="first walk the retrieval automaton through real text")
     parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS, metavar="N",
