@@ -167,6 +167,8 @@ def test_demo_runs_racer_against_greedy(model_dir):
     assert "RACER (capacity 8) vs plain greedy (model.generate), up to 8 new tokens" in text
     assert "same output" in text and "2 timed runs per method, interleaved" in text
     assert "mean speedup over model.generate: " in text and "load average (1 min): " in text
+    # The prompts are printed as written: code in square brackets is not taken for markup.
+    assert "words = [w.strip('.,;:!?') for w in text.split()]" in text
     mean = sum(r["speedup"] for r in rows) / 3
     assert f"mean speedup over model.generate: {mean:.2f}x" in text
 

@@ -316,6 +316,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
         RuntimeError: a RACER output differs from greedy's (after the table is printed).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from racer_ref.harness.bench import MethodRunner, first_mismatch
@@ -363,7 +364,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
         if p.follows:
             console.print(f"[dim](turn {len(turns)} of the conversation above: its answer is now the "
                           "assistant's message, and RACER can copy from it)[/dim]")
-        console.print(f"[bold]user:[/bold] {p.text}\n[bold]RACER:[/bold]", end=" ")
+        console.print(f"[bold]user:[/bold] {escape(p.text)}\n[bold]RACER:[/bold]", end=" ")
         # The shown run: streamed and recorded step by step, not timed.
         streamer = TextStreamer(tokenizer, out=console.file)
         recorders: List[Any] = []
@@ -420,7 +421,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
     console.print("Why each prompt gains what it gains (accepted drafts by the tree that proposed "
                   "them, from the shown run; the longest run of the answer found in the prompt):")
     for row in rows:
-        console.print(f"  {row['prompt']}: {row['why']}")
+        console.print(f"  {escape(row['prompt'])}: {escape(row['why'])}")
     mean = sum(r["speedup"] for r in rows) / len(rows)
     console.print(f"[bold]mean speedup over model.generate: {mean:.2f}x[/bold] "
                   f"(arithmetic mean over {len(rows)} prompts)")
