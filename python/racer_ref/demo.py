@@ -362,8 +362,8 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
         ids = encode_conversation(tokenizer, turns, answers)
         console.rule(f"{p.label}: {p.kind}" if p.kind else p.label)
         if p.follows:
-            console.print(f"[dim](turn {len(turns)} of the conversation above: its answer is now the "
-                          "assistant's message, and RACER can copy from it)[/dim]")
+            console.print(f"[dim](turn {len(turns)} of the {escape(p.follows)!r} conversation: its answer is "
+                          "now the assistant's message, and RACER can copy from it)[/dim]")
         console.print(f"[bold]user:[/bold] {escape(p.text)}\n[bold]RACER:[/bold]", end=" ")
         # The shown run: streamed and recorded step by step, not timed.
         streamer = TextStreamer(tokenizer, out=console.file)
