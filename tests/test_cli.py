@@ -10,6 +10,7 @@ import torch
 
 from models import single_thread, tiny_model  # noqa: F401
 from racer_ref import cli
+from racer_ref.demo import DEMO_MAX_NEW_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_every_option_with_a_default_shows_it_in_help():
     assert silent == []
     assert "(default 128)" in commands["generate"].format_help()
     assert "(default racer)" in commands["generate"].format_help()
-    assert "(default 96)" in commands["demo"].format_help()
+    assert f"(default {DEMO_MAX_NEW_TOKENS})" in commands["demo"].format_help()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -217,16 +218,90 @@ def test_bench_reports_data_errors_without_a_traceback(tmp_path):
 def test_demo_runs_racer_against_greedy(model_dir):
     from rich.console import Console
 
+    from racer_ref.demo import DEMO_PROMPTS
     from racer_ref.harness.models import load_model
 
     model, tok = load_model(model_dir)
-    console = Console(record=True, width=160, file=open("/dev/null", "w"))
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))
     rows = cli.run_demo(model, tok, max_new_tokens=8, capacity=8, console=console)
-    assert [r["prompt"] for r in rows] == ["prose", "code"]
+    assert [r["prompt"] for r in rows] == [p.label for p in DEMO_PROMPTS] == ["passage", "code", "turn 2"]
     assert all(r["same_output"] and r["racer_tokens"] == r["greedy_tokens"] == 8 for r in rows)
     assert all(r["greedy_steps"] == 7 and r["speedup"] > 0 for r in rows)
+    # Two timed runs of each method, interleaved; the faster one is reported.
+    for r in rows:
+        assert len(r["racer_runs_s"]) == len(r["greedy_runs_s"]) == 2
+        assert r["racer_s"] == min(r["racer_runs_s"]) and r["greedy_s"] == min(r["greedy_runs_s"])
+        # Every accepted draft is counted once, by the tree that proposed it.
+        assert sum(r["accepted_from"].values()) == round((r["racer_mat"] - 1) * r["racer_steps"])
+        assert r["why"].startswith(f"{sum(r['accepted_from'].values())} accepted drafts") or \
+            r["why"].startswith("no draft was accepted")
     text = console.export_text()
-    assert "RACER (capacity 8) vs plain greedy, 8 new tokens" in text and "same output" in text
+    assert "RACER (capacity 8) vs plain greedy (model.generate), up to 8 new tokens" in text
+    assert "same output" in text and "2 timed runs per method, interleaved" in text
+    assert "mean speedup over model.generate: " in text and "load average (1 min): " in text
+    # The prompts are printed as written: code in square brackets is not taken for markup.
+    assert "words = [w.strip('.,;:!?') for w in text.split()]" in text
+    mean = sum(r["speedup"] for r in rows) / 3
+    assert f"mean speedup over model.generate: {mean:.2f}x" in text
+
+
+def test_demo_second_turn_continues_the_first(model_dir, monkeypatch):
+    """The follow-up's prompt is the first prompt, the first answer as the assistant's
+    message, then the follow-up (the chat template of a two-turn conversation)."""
+    from rich.console import Console
+
+    from racer_ref import demo
+    from racer_ref.harness.datasets import encode_conversation
+    from racer_ref.harness.models import load_model
+
+    model, tok = load_model(model_dir)
+    seen = []
+    real = demo.TextStreamer
+
+    class Recording(real):
+        def finish(self):
+            seen.append(list(self.ids))
+            super().finish()
+
+    monkeypatch.setattr(demo, "TextStreamer", Recording)
+    prompts = [demo.DemoPrompt("a", "Rewrite: the cat sat."), ("b", "Shorter, please.", "a")]
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))
+    rows = demo.run_demo(model, tok, max_new_tokens=6, capacity=8, prompts=prompts, console=console,
+                         repeats=1)
+    assert [r["prompt"] for r in rows] == ["a", "b"] and all(len(r["racer_runs_s"]) == 1 for r in rows)
+    answer = tok.decode(seen[0], skip_special_tokens=True)
+    two_turns = encode_conversation(tok, ["Rewrite: the cat sat.", "Shorter, please."], [answer])
+    assert rows[1]["copy_tokens"] <= 6 and len(two_turns) > len(encode_conversation(tok, ["Shorter, please."], []))
+    with pytest.raises(ValueError, match="'b' follows 'z'"):
+        demo.run_demo(model, tok, max_new_tokens=2, prompts=[("b", "x", "z")], console=console)
+    with pytest.raises(ValueError, match="repeats"):
+        demo.run_demo(model, tok, max_new_tokens=2, console=console, repeats=0)
+
+
+def test_longest_copy_and_why_line():
+    from racer_ref.demo import longest_copy, why_line
+
+    assert longest_copy([5, 1, 2, 3, 4, 9], [7, 2, 3, 4, 8, 1]) == (1, 3)  # "2 3 4"
+    assert longest_copy([1, 2], [3, 4]) == (0, 0)
+    line = why_line({"retrieval": 6, "logits": 3, "both": 1}, "the cat sat", 3, "the user's message")
+    assert line.startswith("10 accepted drafts: 60% from retrieval") and "30% from the copy-logit table" in line
+    assert line.endswith("10% from both; longest run copied from the user's message: 3 tokens, 'the cat sat'")
+    assert why_line({"retrieval": 0, "logits": 0, "both": 0}, "", 0, "x").startswith("no draft was accepted")
+
+
+def test_accepted_sources_counts_the_accepted_nodes():
+    import numpy as np
+
+    from racer_ref.demo import accepted_sources
+    from racer_ref.wrappers import TraceStep
+    from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
+
+    # root 4 -> 1 (retrieval) -> 2 (both); root -> 9 (copy-logit table)
+    tree = DraftTree(np.array([4, 1, 2, 9]), np.array([-1, 0, 1, 0]), np.array([0, 1, 2, 1]),
+                     np.ones((4, 4), dtype=bool), None,
+                     np.array([SOURCE_ROOT, SOURCE_RETRIEVAL, SOURCE_BOTH, SOURCE_LOGITS], dtype=np.uint8))
+    steps = [TraceStep(0, tree, accepted=[0, 1, 2]), TraceStep(1, tree, accepted=[0, 3]), TraceStep(2, tree, [0])]
+    assert accepted_sources(steps) == {"retrieval": 1, "logits": 1, "both": 1}
 
 
 def test_demo_flags_a_busy_machine():

@@ -44,7 +44,7 @@ def test_importing_the_hf_integration_without_torch_names_the_extra():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
-            "try:\n    import racer_ref.hf\nexcept ImportError as exc:\n    print(exc)\n")
+            "try:\n    import racer_ref.integrations.hf\nexcept ImportError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ("racer_ref.hf needs torch, which the core install of racer-ref leaves out: "
+    assert out.strip() == ("racer_ref.integrations.hf needs torch, which the core install of racer-ref leaves out: "
                            "pip install 'racer-ref[hf]'")

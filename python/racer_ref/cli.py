@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from racer_ref.demo import TextStreamer, run_demo
+from racer_ref.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
 from racer_ref.harness.bench import (DEFAULT_WARMUP_TOKENS, METHODS, TURNS, parse_capacity,
                                     parse_methods)
 from racer_ref.harness.datasets import DATASETS
@@ -298,9 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.course.check)",
                    add_help=False)
-    d = sub.add_parser("demo", help="RACER vs plain greedy on one prose and one code prompt")
-    d.add_argument("--max-new-tokens", type=_positive_int, default=96, metavar="N",
-                   help="new tokens per prompt (default 96)")
+    d = sub.add_parser("demo", help="RACER vs plain greedy on a text to correct, code to rewrite and a second turn")
+    d.add_argument("--max-new-tokens", type=_positive_int, default=DEMO_MAX_NEW_TOKENS, metavar="N",
+                   help=f"new tokens per prompt (default {DEMO_MAX_NEW_TOKENS})")
     d.add_argument("--capacity", default=None, type=_capacity_arg,
                    help="default: 64 on CUDA, 16 elsewhere")
     _add_model_args(d)

@@ -1,8 +1,9 @@
 """The main job (``make demo``, ``python -m racer_ref.demo``).
 
-:func:`main` runs RACER against plain greedy decoding on the default model, one prose and
-one code prompt, and prints the numbers (:func:`run_demo`; the same as
-``racer-ref demo``). ``--walkthrough`` first shows the retrieval automaton at work on real
+:func:`main` runs RACER against plain greedy decoding on the default model, on three
+prompts of the kinds RACER is for (fixing the typos in a given text, rewriting a given
+function, and a second turn that revises the first answer), and prints the numbers with where the accepted
+drafts came from (:func:`run_demo`; the same as ``racer-ref demo``). ``--walkthrough`` first shows the retrieval automaton at work on real
 text (:func:`automaton_walkthrough`, self-contained, no model needed).
 """
 
@@ -13,13 +14,48 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-#: Prompts of ``racer-ref demo`` (and ``make demo``): one prose, one code.
+class DemoPrompt(NamedTuple):
+    """One prompt of the demo.
+
+    Attributes:
+        label: its name in the table.
+        text: the user's message (the chat template wraps it).
+        follows: ``None`` for a first turn; else the label of an earlier prompt whose
+            conversation this message continues (that prompt's message and the model's
+            answer to it come first, as the user and assistant turns).
+        kind: a few words on what it is, for the header above it.
+    """
+
+    label: str
+    text: str
+    follows: Optional[str] = None
+    kind: str = ""
+
+
+#: New tokens per prompt of ``racer-ref demo`` (and ``make demo``).
+DEMO_MAX_NEW_TOKENS = 192
+
+#: Prompts of ``racer-ref demo`` (and ``make demo``): tasks a user asks of an assistant where
+#: the answer repeats much of its context, the work retrieval drafting is for.
 DEMO_PROMPTS = (
-    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
-    ("code", "Write a Python function `is_palindrome(s)` that ignores case and punctuation, "
-             "with a docstring and three doctest examples."),
+    DemoPrompt("passage", "Fix the typos in this text:\n\nThe new version of the app lets you sync your notes "
+               "between you're phone and your laptop. When you edit a note on one device, the change apear "
+               "on the other device within a few second. Notes that you deleted are kept in the trash for "
+               "thirty days, so you can restore them if you change your mind.\n\nTo turn on syncing, open "
+               "the settings page and sign in with your acount. If you dont have an account yet, you can "
+               "create one for free. Your notes are encrypted before they leave your device, so nobody else "
+               "can read them.",
+               kind="fix the typos in a given text"),
+    DemoPrompt("code", "Rewrite this Python function to use a list comprehension instead of the loop:\n\n"
+               "```python\ndef long_words(text, min_length):\n"
+               "    \"\"\"The words of `text` with at least `min_length` letters, punctuation removed.\"\"\"\n"
+               "    words = [w.strip('.,;:!?') for w in text.split()]\n    result = []\n"
+               "    for word in words:\n        if len(word) >= min_length:\n"
+               "            result.append(word)\n    return result\n```",
+               kind="rewrite a given function"),
+    DemoPrompt("turn 2", "Make it shorter.", follows="passage", kind="revise the first answer"),
 )
 
 #: Used when the shared data folder is not there (e.g. an installed package).
@@ -190,29 +226,110 @@ def automaton_walkthrough(
     }
 
 
-def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
-             capacity: Any = None, prompts: Sequence[Tuple[str, str]] = DEMO_PROMPTS,
-             console: Any = None) -> List[dict]:
-    """The README's main job: RACER against plain greedy decoding (``model.generate``) on one
-    prose and one code prompt, with the numbers.
+def accepted_sources(steps: Sequence[Any]) -> dict:
+    """Where the accepted drafts came from: accepted draft tokens per node source, summed over
+    the recorded steps (:class:`racer_ref.wrappers.TraceStep`; the root is not a draft).
+
+    Returns:
+        ``{"retrieval": int, "logits": int, "both": int}``: tokens the retrieval tree alone
+        proposed, tokens the copy-logit table alone proposed, and tokens both proposed.
+    """
+    from racer_ref.tree import SOURCE_NAMES
+
+    counts = {"retrieval": 0, "logits": 0, "both": 0}
+    for step in steps:
+        sources = step.tree.sources  # (n,) uint8, one source per node
+        for node in step.accepted[1:]:
+            counts[SOURCE_NAMES[int(sources[node])]] += 1
+    return counts
+
+
+def longest_copy(context_ids: Sequence[int], output_ids: Sequence[int]) -> Tuple[int, int]:
+    """The longest run of output tokens that also occurs, token for token, in the context.
+
+    Args:
+        context_ids: the prompt's token ids; output_ids: the new tokens.
+
+    Returns:
+        ``(start, length)``: where the run starts in ``output_ids`` and its length in tokens
+        (``(0, 0)`` when no token of the output occurs in the context).
+    """
+    from difflib import SequenceMatcher
+
+    a, b = list(context_ids), list(output_ids)
+    match = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    return (match.b, match.size) if match.size else (0, 0)
+
+
+def _short(text: str, width: int = 60) -> str:
+    """``text`` on one line, cut in the middle to at most ``width`` characters, quoted."""
+    text = " ".join(text.split())
+    if len(text) > width:
+        text = text[: width // 2 - 2] + " ... " + text[-(width // 2 - 3):]
+    return repr(text)
+
+
+def why_line(sources: dict, copy_text: str, copy_tokens: int, where: str) -> str:
+    """One sentence: which drafter the accepted drafts came from, and the longest copied run."""
+    total = sum(sources.values())
+    if total == 0:
+        line = "no draft was accepted: every step committed the root alone"
+    else:
+        shares = ", ".join(f"{100 * sources[k] / total:.0f}% {name}" for k, name in (
+            ("retrieval", "from retrieval (the automaton over the prompt and the output so far)"),
+            ("logits", "from the copy-logit table"), ("both", "from both")))
+        line = f"{total} accepted drafts: {shares}"
+    if copy_tokens:
+        line += f"; longest run copied from {where}: {copy_tokens} tokens, {_short(copy_text)}"
+    return line
+
+
+def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEMO_MAX_NEW_TOKENS,
+             capacity: Any = None, prompts: Sequence[Any] = DEMO_PROMPTS,
+             console: Any = None, repeats: int = 2) -> List[dict]:
+    """The README's main job: RACER against plain greedy decoding (``model.generate``) on
+    prompts of the kinds RACER serves (:data:`DEMO_PROMPTS`), with the numbers.
+
+    For each prompt: one RACER run streamed to the console and recorded step by step (not
+    timed), then ``repeats`` timed runs of each method, interleaved (RACER, greedy, RACER,
+    greedy, ...); the faster run of each method gives its tokens/s. Every RACER output must
+    equal greedy's token for token.
 
     Args:
         model, tokenizer: default: the default model on CUDA if available, else CPU fp32.
         max_new_tokens: per prompt.
         capacity: RACER's capacity; default 64 on CUDA, 16 elsewhere (as ``generate()``).
-        prompts: ``(label, text)`` pairs (chat template applied).
+        prompts: :class:`DemoPrompt` entries (or ``(label, text)`` pairs), chat template
+            applied; an entry with ``follows`` continues that earlier prompt's conversation.
         console: a rich ``Console`` (default: stdout).
+        repeats: timed runs per method and prompt (>= 1).
 
     Returns:
-        one dict per prompt: label, new tokens, steps, MAT, seconds and tokens/s of both
-        methods, speedup, and whether the outputs are identical.
+        one dict per prompt: label, new tokens, steps, MAT, seconds (faster run and every
+        run) and tokens/s of both methods, speedup, whether the outputs are identical, the
+        accepted drafts per source (``accepted_from``), the longest copied run
+        (``copy_tokens``, ``copy_text``, ``copy_from``) and the 1-minute load average before
+        and after the timed runs (``load_before``, ``load_after``; ``None`` when unknown).
+
+    Raises:
+        ValueError: ``repeats`` < 1, or an entry ``follows`` a label not seen before it.
+        RuntimeError: a RACER output differs from greedy's (after the table is printed).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from racer_ref.harness.bench import MethodRunner
-    from racer_ref.harness.datasets import encode_prompt
+    from racer_ref.harness.bench import MethodRunner, first_mismatch
+    from racer_ref.harness.datasets import encode_conversation
+    from racer_ref.wrappers import StepRecorder
 
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
+    prompts = [DemoPrompt(*p) for p in prompts]
+    labels = [p.label for p in prompts]
+    for i, p in enumerate(prompts):
+        if p.follows is not None and p.follows not in labels[:i]:
+            raise ValueError(f"prompts: {p.label!r} follows {p.follows!r}, which does not come before it")
     console = console or Console(highlight=False)
     if model is None:
         from racer_ref.harness.models import DEFAULT_MODEL_NAME, load_default_model, resolve_device, resolve_dtype
@@ -231,44 +348,115 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = 96,
 
         capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
-    encoded = [encode_prompt(tokenizer, text, chat=True) for _, text in prompts]
     console.print("warming up...")
+    first = encode_conversation(tokenizer, [prompts[0].text], [])
     for m in ("racer", "hf-greedy"):
-        runner.run(m, encoded[0], max_new_tokens=4)
-    table = Table(title=f"RACER (capacity {capacity}) vs plain greedy, {max_new_tokens} new tokens, "
-                        f"{model.device} {str(model.dtype).replace('torch.', '')}")
-    for col in ("prompt", "method", "new tokens", "steps", "MAT", "tokens/s", "speedup", "same output"):
-        table.add_column(col, justify="left" if col in ("prompt", "method") else "right")
-    rows = []
-    for (label, text), ids in zip(prompts, encoded):
-        console.rule(f"{label} prompt")
-        console.print(f"[bold]user:[/bold] {text}\n[bold]RACER:[/bold]", end=" ")
+        runner.run(m, first, max_new_tokens=4)
+    load_before = _load_average()
+    # label -> (user turns, assistant answers) of the conversation so far
+    conversations: dict = {}
+    rows: List[dict] = []
+    for p in prompts:
+        turns, answers = conversations[p.follows] if p.follows else ([], [])
+        turns, answers = turns + [p.text], list(answers)
+        ids = encode_conversation(tokenizer, turns, answers)
+        console.rule(f"{p.label}: {p.kind}" if p.kind else p.label)
+        if p.follows:
+            console.print(f"[dim](turn {len(turns)} of the {escape(p.follows)!r} conversation: its answer is "
+                          "now the assistant's message, and RACER can copy from it)[/dim]")
+        console.print(f"[bold]user:[/bold] {escape(p.text)}\n[bold]RACER:[/bold]", end=" ")
+        # The shown run: streamed and recorded step by step, not timed.
         streamer = TextStreamer(tokenizer, out=console.file)
-        racer = runner.run("racer", ids, callback=streamer)
+        recorders: List[Any] = []
+        shown = runner.run("racer", ids, callback=streamer,
+                           drafter_wrapper=lambda d: recorders.append(StepRecorder(d)) or recorders[-1])
         streamer.finish()
-        greedy = runner.run("hf-greedy", ids)
-        same = racer.result.token_ids == greedy.result.token_ids
-        n_r, n_g = len(racer.result.token_ids), len(greedy.result.token_ids)
-        sp = (greedy.wall_s / max(1, n_g)) / (racer.wall_s / max(1, n_r))
-        row = {"prompt": label, "racer_tokens": n_r, "racer_steps": racer.result.steps,
-               "racer_mat": racer.result.mean_accepted_tokens,
-               "racer_s": racer.wall_s, "greedy_tokens": n_g, "greedy_steps": greedy.result.steps,
-               "greedy_s": greedy.wall_s, "speedup": sp, "same_output": same}
-        rows.append(row)
-        table.add_row(label, "racer", str(n_r), str(racer.result.steps), f"{row['racer_mat']:.2f}",
-                      f"{n_r / racer.wall_s:.1f}", f"{sp:.2f}x", "yes" if same else "NO")
-        table.add_row("", "greedy", str(n_g), str(greedy.result.steps), "1.00",
-                      f"{n_g / greedy.wall_s:.1f}", "1.00x", "")
+        output = list(shown.result.token_ids)
+        answer = tokenizer.decode(output, skip_special_tokens=True)
+        conversations[p.label] = (turns, answers + [answer])
+        # The timed runs, interleaved so that a slow spell of the machine hits both methods.
+        racer_runs, greedy_runs = [], []
+        for _ in range(repeats):
+            racer_runs.append(runner.run("racer", ids))
+            greedy_runs.append(runner.run("hf-greedy", ids))
+        greedy_ids = list(greedy_runs[0].result.token_ids)
+        outputs = [list(r.result.token_ids) for r in racer_runs + greedy_runs[1:]] + [output]
+        mismatch = next((first_mismatch(o, greedy_ids) for o in outputs if o != greedy_ids), None)
+        racer_s = min(r.wall_s for r in racer_runs)
+        greedy_s = min(r.wall_s for r in greedy_runs)
+        n_r, n_g = len(output), len(greedy_ids)
+        sp = (greedy_s / max(1, n_g)) / (racer_s / max(1, n_r))
+        sources = accepted_sources(recorders[0].steps)
+        start, length = longest_copy(ids, output)
+        copy_text = tokenizer.decode(output[start:start + length], skip_special_tokens=True)
+        where = _copied_from(copy_text, p.text, turns[:-1], answers)
+        rows.append({"prompt": p.label, "racer_tokens": n_r, "racer_steps": shown.result.steps,
+                     "racer_mat": shown.result.mean_accepted_tokens, "racer_s": racer_s,
+                     "racer_runs_s": [r.wall_s for r in racer_runs], "greedy_tokens": n_g,
+                     "greedy_steps": greedy_runs[0].result.steps, "greedy_s": greedy_s,
+                     "greedy_runs_s": [r.wall_s for r in greedy_runs], "speedup": sp,
+                     "same_output": mismatch is None, "first_mismatch": mismatch,
+                     "accepted_from": sources, "copy_tokens": length, "copy_text": copy_text,
+                     "copy_from": where, "why": why_line(sources, copy_text, length, where)})
+    load_after = _load_average()
+    for row in rows:
+        row.update(load_before=load_before, load_after=load_after)
+
+    table = Table(title=f"RACER (capacity {capacity}) vs plain greedy (model.generate), up to "
+                        f"{max_new_tokens} new tokens, {model.device} {str(model.dtype).replace('torch.', '')}",
+                  caption=f"{repeats} timed runs per method, interleaved; tokens/s and speedup from the faster")
+    for col in ("prompt", "method", "new tokens", "steps", "MAT", "seconds, each run", "tokens/s",
+                "speedup", "same output"):
+        table.add_column(col, justify="left" if col in ("prompt", "method") else "right")
+    for row in rows:
+        runs = lambda key: " / ".join(f"{s:.2f}" for s in row[key])  # noqa: E731
+        table.add_row(row["prompt"], "racer", str(row["racer_tokens"]), str(row["racer_steps"]),
+                      f"{row['racer_mat']:.2f}", runs("racer_runs_s"),
+                      f"{row['racer_tokens'] / row['racer_s']:.1f}", f"{row['speedup']:.2f}x",
+                      "yes" if row["same_output"] else "NO")
+        table.add_row("", "greedy", str(row["greedy_tokens"]), str(row["greedy_steps"]), "1.00",
+                      runs("greedy_runs_s"), f"{row['greedy_tokens'] / row['greedy_s']:.1f}", "1.00x", "")
     console.rule("numbers")
     console.print(table)
+    console.print("Why each prompt gains what it gains (accepted drafts by the tree that proposed "
+                  "them, from the shown run; the longest run of the answer found in the prompt):")
+    for row in rows:
+        console.print(f"  {escape(row['prompt'])}: {escape(row['why'])}")
+    mean = sum(r["speedup"] for r in rows) / len(rows)
+    console.print(f"[bold]mean speedup over model.generate: {mean:.2f}x[/bold] "
+                  f"(arithmetic mean over {len(rows)} prompts)")
     if "racer" in runner.controllers:
         console.print(runner.controllers["racer"].describe())
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    for warning in timing_warnings(load, os.cpu_count()):
+    cores = os.cpu_count()
+    console.print("load average (1 min): "
+                  + ", ".join(f"{'unknown' if v is None else f'{v:.2f}'} {when}"
+                              for v, when in ((load_before, "before"), (load_after, "after")))
+                  + f" the timed runs, {cores} CPUs")
+    known = [v for v in (load_before, load_after) if v is not None]
+    for warning in timing_warnings(max(known) if known else None, cores):
         console.print(f"[bold yellow]warning:[/bold yellow] {warning}")
     console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
                   "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
+    wrong = [r for r in rows if not r["same_output"]]
+    if wrong:
+        raise RuntimeError("RACER's output differs from model.generate's greedy output on "
+                           + ", ".join(f"{r['prompt']!r} (first at new token {r['first_mismatch']})" for r in wrong)
+                           + "; greedy RACER must reproduce greedy decoding token for token")
     return rows
+
+
+def _load_average() -> Optional[float]:
+    """The 1-minute load average, or ``None`` where the system has none."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def _copied_from(copy_text: str, text: str, earlier_turns: Sequence[str], answers: Sequence[str]) -> str:
+    """Which part of the conversation a copied run comes from, in words."""
+    parts = [("the first answer" if len(answers) == 1 else "an earlier answer", a) for a in answers]
+    parts += [("the user's message", text)]
+    parts += [("an earlier user message", t) for t in earlier_turns]
+    key = copy_text.strip()
+    return next((name for name, part in parts if key and key in part), "the prompt")
 
 
 def timing_warnings(load_average: Optional[float], cores: Optional[int]) -> List[str]:
@@ -296,10 +484,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = argparse.ArgumentParser(
         prog="python -m racer_ref.demo",
-        description="RACER against plain greedy decoding on the default model: one prose and one code prompt.")
+        description="RACER against plain greedy decoding on the default model: a text to correct, "
+                    "a function to rewrite, and a second turn that revises the first answer.")
     parser.add_argument("--walkthrough", action="store_true",
                         help="first walk the retrieval automaton through real text")
-    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS, metavar="N",
+                        help=f"new tokens per prompt (default {DEMO_MAX_NEW_TOKENS})")
     args = parser.parse_args(argv)
     if args.walkthrough:
         automaton_walkthrough()

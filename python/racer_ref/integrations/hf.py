@@ -32,7 +32,7 @@ try:
     import torch
     from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerationMixin
 except ModuleNotFoundError as _exc:  # the core install: say which extra brings torch
-    _missing = missing_hf_extra("racer_ref.hf")
+    _missing = missing_hf_extra("racer_ref.integrations.hf")
     if _missing is None:
         raise
     raise _missing from _exc
