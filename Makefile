@@ -26,6 +26,9 @@ LOCK ?=
 $(warning constraints.txt is for Python $(LOCK_PYTHON); $(PYTHON) is $(PYTHON_VERSION): installing the newest versions pyproject.toml allows)
 endif
 # pip (also when maturin calls it) reads its constraints from PIP_CONSTRAINT.
+# pyproject.toml names our own PEP 517 backend (build_backend/: maturin's, building outside the
+# source tree), which maturin's own commands would warn about on every call.
+export MATURIN_NO_MISSING_BUILD_BACKEND_WARNING = 1
 WITH_LOCK = $(if $(LOCK),PIP_CONSTRAINT=$(abspath $(LOCK)))
 
 .PHONY: setup demo test test-rust test-python test-install wheel test-wheel docs docs-serve lock clean
