@@ -177,6 +177,9 @@ def test_the_fast_path_is_told_once(monkeypatch, caplog):
     monkeypatch.setattr(options, "_HINTED", False)
     model = tiny_model("llama", seed=5, attn="eager")
     with caplog.at_level("WARNING", logger="racer_ref"):
+        generate(model, None, PROMPT, max_new_tokens=4)  # a toy: no notice
+        assert not [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
+        monkeypatch.setattr(options, "HINT_MIN_PARAMETERS", model.num_parameters())  # as if a real model
         generate(model, None, PROMPT, max_new_tokens=4)
         generate(model, None, PROMPT, max_new_tokens=4)
     hints = [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]

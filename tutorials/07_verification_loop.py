@@ -178,8 +178,8 @@ assert output == greedy
 # drafting method. Each must reproduce greedy decoding; they differ in passes needed.
 print("\n── 5. racer_ref.generate, every method, capacity 16")
 for method in ("ar", "pld", "retrieval", "logits", "logits-last", "racer"):
-    result = generate(model, None, prompt, max_new_tokens=N, method=method,
-                                capacity=16, breadth=K)
+    tree_settings = {} if method == "ar" else dict(capacity=16, breadth=K)  # "ar" drafts no tree
+    result = generate(model, None, prompt, max_new_tokens=N, method=method, **tree_settings)
     same = result.token_ids == greedy
     print(f"  {method:12} identical to greedy: {same}   verify passes: {result.steps:2}   "
           f"MAT: {result.mean_accepted_tokens:.2f}")

@@ -488,6 +488,8 @@ def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], ma
 
 #: Whether the one-time hint about the CPU fast path was given in this process.
 _HINTED = False
+#: The smallest model (weights) that gets the CPU fast-path notice.
+HINT_MIN_PARAMETERS = 10_000_000
 
 
 def _cpu_attention(model: Any) -> None:
@@ -505,7 +507,9 @@ def _cpu_attention(model: Any) -> None:
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
-    if not _HINTED and model.dtype == torch.float32 and not prepared:
+    # (Said for a real model only: a toy of a few million weights, as in the tests and
+    # tutorials, gains nothing worth a notice.)
+    if not _HINTED and model.dtype == torch.float32 and not prepared and model.num_parameters() >= HINT_MIN_PARAMETERS:
         _HINTED = True
         logging.getLogger("racer_ref").warning(
             "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
