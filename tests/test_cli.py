@@ -338,3 +338,12 @@ def test_loading_a_model_prints_no_progress_bar(model_dir, capfd):
     load_model(model_dir)
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # turned back on for the caller's own loads
+
+
+def test_version(capsys):
+    import racer_ref
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"racer-ref {racer_ref.__version__}"

@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="racer-ref",
         description="RACER speculative decoding: generate, trace and benchmark on a real model.",
     )
+    from racer_ref import __version__
+
+    parser.add_argument("--version", action="version", version=f"racer-ref {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate from one prompt, with statistics",
