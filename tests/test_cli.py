@@ -347,3 +347,17 @@ def test_version(capsys):
         cli.main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"racer-ref {racer_ref.__version__}"
+
+
+def test_generate_flags_a_busy_machine(model_dir, monkeypatch, capsys):
+    """The speedup line of ``racer-ref generate`` comes with the demo's busy-machine warning."""
+    import racer_ref.demo
+
+    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 99.0)
+    args = ["generate", "--max-new-tokens", "4", "--model", str(model_dir), "--device", "cpu", "--capacity", "8", "hi"]
+    assert cli.main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warning: The machine was busy (load average 99.0" in out
+    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 0.0)
+    assert cli.main(args) == 0
+    assert "The machine was busy" not in capsys.readouterr().out

@@ -20,6 +20,7 @@ chat template (``--no-chat`` feeds the text as is).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -383,13 +384,17 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.baseline != "none":
         base_runs.append(runner.run(args.baseline, ids, seed=args.seed))
         base = min(base_runs, key=lambda o: o.wall_s)
-        console.print(_stats_line(args.baseline, base.result, base.wall_s) + "  (faster of 2 runs, before and after)")
+        console.print(_stats_line(args.baseline, base.result, base.wall_s) + "  (the faster of two runs, one before and one after)")
         n_m, n_b = len(out.result.token_ids), len(base.result.token_ids)
         sp = (base.wall_s / max(1, n_b)) / (out.wall_s / max(1, n_m)) if out.wall_s > 0 else float("nan")
         same = ""
         if args.temperature == 0:
             same = "  output identical: " + ("yes" if out.result.token_ids == base.result.token_ids else "NO")
         console.print(f"speedup of {args.method} over {args.baseline}: {sp:.2f}x{same}")
+        from racer_ref.demo import _load_average, timing_warnings  # the demo's busy-machine rule
+
+        for line in timing_warnings(_load_average(), os.cpu_count()):
+            console.print(f"warning: {line}")
         mat = (sum(out.result.accepted_lengths) + len(out.result.accepted_lengths)) / max(1, len(out.result.accepted_lengths))
         from racer_ref.harness.summary import IMPLAUSIBLE_SLACK
 
