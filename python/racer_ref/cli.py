@@ -296,13 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_args(b, 128)
     _add_model_args(b)
 
-    s = sub.add_parser("summarize", help="rewrite summary.md and plots from a results folder")
-    s.add_argument("out", metavar="DIR")
-    s.add_argument("--no-plots", action="store_true")
+    s = sub.add_parser("summarize", help="rewrite summary.md and plots from a results folder",
+                       description="Rewrite summary.md (and the plots) of a `racer-ref bench` folder from its "
+                                   "results.jsonl and meta.json, without running anything.")
+    s.add_argument("out", metavar="DIR", help="the folder `racer-ref bench --out DIR` wrote")
+    s.add_argument("--no-plots", action="store_true", help="write no PNG plots")
 
     sub.add_parser("check", help="check an exercise: racer-ref check exercises/NN_*.py (racer_ref.course.check)",
                    add_help=False)
-    d = sub.add_parser("demo", help="RACER vs plain greedy on a text to correct, code to rewrite and a second turn")
+    d = sub.add_parser("demo", help="RACER vs plain greedy on a text to correct, code to rewrite and a second turn",
+                       description="RACER against plain greedy decoding (model.generate) on three prompts of the "
+                                   "kinds RACER serves: each method timed twice, interleaved; MAT, tokens/s, "
+                                   "speedup, same output, and why each prompt gains what it gains.")
     d.add_argument("--max-new-tokens", type=_positive_int, default=DEMO_MAX_NEW_TOKENS, metavar="N",
                    help=f"new tokens per prompt (default {DEMO_MAX_NEW_TOKENS})")
     d.add_argument("--capacity", default=None, type=_capacity_arg,
