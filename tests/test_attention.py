@@ -179,9 +179,11 @@ def test_the_fast_path_is_told_once(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="racer_ref"):
         generate(model, None, PROMPT, max_new_tokens=4)  # a toy: no notice
         assert not [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
+        model = tiny_model("llama", seed=5, attn="eager")
         monkeypatch.setattr(options, "HINT_MIN_PARAMETERS", model.num_parameters())  # as if a real model
         generate(model, None, PROMPT, max_new_tokens=4)
         generate(model, None, PROMPT, max_new_tokens=4)
+        generate(tiny_model("llama", seed=5, attn="eager"), None, PROMPT, max_new_tokens=4)  # once per process
     hints = [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
     assert len(hints) == 1
     assert "RACER_REF_CPU_KERNELS=off" in hints[0].getMessage()

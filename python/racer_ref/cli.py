@@ -212,12 +212,9 @@ def _warmup_tokens_arg(text: str) -> Optional[int]:
     if text.strip().lower() == "full":
         return None
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'full', got {text!r}")
-    return value
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'full', got {text!r}") from None
 
 
 def _methods_arg(text: str) -> List[str]:

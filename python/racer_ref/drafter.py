@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 import numpy as np
 
 from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: racer_ref.drafter.METHODS)
+from racer_ref.reference.limits import NoCopy  # the twin's copy rule, one home (both backends refuse copies)
 
 _from_arrays = DraftTree.from_arrays
 
@@ -59,14 +60,7 @@ def _one_caller(method: _F) -> _F:
     return guarded  # type: ignore[return-value]
 
 
-def _refuse_copy(class_name: str) -> Any:
-    # The twin's rule, one home: racer_ref.reference.limits.refuse_copy.
-    from racer_ref.reference.limits import refuse_copy
-
-    refuse_copy(class_name)
-
-
-class Drafter:
+class Drafter(NoCopy):
     """Builds one draft tree per decoding step for one drafting method.
 
     Methods (docs/explanation/spec.md, "Peers to measure against"):
@@ -132,15 +126,6 @@ class Drafter:
     ``copy.deepcopy`` and ``pickle`` raise ``TypeError`` on both backends; build a new
     ``Drafter`` with the same settings instead.
     """
-
-    def __copy__(self) -> Any:
-        _refuse_copy("Drafter")
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        _refuse_copy("Drafter")
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        _refuse_copy("Drafter")
 
     def __init__(self, *args: Any, backend: str = "rust", **kwargs: Any) -> None:
         if backend == "rust":

@@ -296,8 +296,8 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
     processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
     drafter, k, method = _drafter(model, a["drafter"], vocab_size, method, a)
     # Every argument is checked: now the model's attention may change (on a CPU; after the first
-    # call only an SDPA model has something to do there).
-    if model.device.type == "cpu" and (not _HINTED or getattr(model.config, "_attn_implementation", None) == "sdpa"):
+    # call with this model only an SDPA model has something to do there).
+    if model.device.type == "cpu" and not getattr(model, "racer_cpu_checked", False):
         _cpu_attention(model)
     return Options(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=a["max_new_tokens"],
@@ -493,8 +493,8 @@ HINT_MIN_PARAMETERS = 10_000_000
 
 
 def _cpu_attention(model: Any) -> None:
-    """On a CPU, plug in tree attention without KV copies; once per process, say how to get
-    the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
+    """On a CPU, plug in tree attention without KV copies; once per process, for a real model
+    (:data:`HINT_MIN_PARAMETERS`), say how to get the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
     global _HINTED
     from racer_ref.speedups.cpu_kernels import switched_off
 
@@ -507,6 +507,8 @@ def _cpu_attention(model: Any) -> None:
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
+    model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"
     # (Said for a real model only: a toy of a few million weights, as in the tests and
     # tutorials, gains nothing worth a notice.)
     if not _HINTED and model.dtype == torch.float32 and not prepared and model.num_parameters() >= HINT_MIN_PARAMETERS:

@@ -232,15 +232,13 @@ def refuse_copy(class_name: str) -> NoReturn:
 
 class NoCopy:
     """Mixin: ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise :func:`refuse_copy`'s
-    ``TypeError`` naming the class."""
+    ``TypeError`` naming the class.
+
+    One method does it: without ``__copy__`` and ``__deepcopy__``, both ``copy`` functions
+    fall back to ``__reduce_ex__``, as ``pickle`` does.
+    """
 
     __slots__ = ()
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(type(self).__name__)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(type(self).__name__)
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         refuse_copy(type(self).__name__)

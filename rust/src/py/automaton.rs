@@ -250,17 +250,8 @@ impl PyAutomaton {
         self.min_border_depth
     }
 
-    /// `copy.copy` is refused (see [`super::refuse_copy`]).
-    fn __copy__(&self) -> PyResult<()> {
-        Err(refuse_copy("Automaton"))
-    }
-
-    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
-    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(refuse_copy("Automaton"))
-    }
-
-    /// `pickle` is refused (see [`super::refuse_copy`]).
+    /// `pickle`, `copy.copy` and `copy.deepcopy` (which fall back to this method) are
+    /// refused (see [`super::refuse_copy`]).
     fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         Err(refuse_copy("Automaton"))
     }

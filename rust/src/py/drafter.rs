@@ -281,17 +281,8 @@ impl PyCopyLogitTable {
         Ok(())
     }
 
-    /// `copy.copy` is refused (see [`super::refuse_copy`]).
-    fn __copy__(&self) -> PyResult<()> {
-        Err(refuse_copy("CopyLogitTable"))
-    }
-
-    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
-    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(refuse_copy("CopyLogitTable"))
-    }
-
-    /// `pickle` is refused (see [`super::refuse_copy`]).
+    /// `pickle`, `copy.copy` and `copy.deepcopy` (which fall back to this method) are
+    /// refused (see [`super::refuse_copy`]).
     fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         Err(refuse_copy("CopyLogitTable"))
     }
@@ -603,17 +594,8 @@ impl PyDrafter {
         Ok(())
     }
 
-    /// `copy.copy` is refused (see [`super::refuse_copy`]).
-    fn __copy__(&self) -> PyResult<()> {
-        Err(refuse_copy("Drafter"))
-    }
-
-    /// `copy.deepcopy` is refused (see [`super::refuse_copy`]).
-    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(refuse_copy("Drafter"))
-    }
-
-    /// `pickle` is refused (see [`super::refuse_copy`]).
+    /// `pickle`, `copy.copy` and `copy.deepcopy` (which fall back to this method) are
+    /// refused (see [`super::refuse_copy`]).
     fn __reduce_ex__(&self, _protocol: &Bound<'_, PyAny>) -> PyResult<()> {
         Err(refuse_copy("Drafter"))
     }
