@@ -30,6 +30,12 @@ BACKENDS = ("rust", "python")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def check_backend(backend: Any) -> None:
+    """``ValueError`` naming ``backend`` unless it is one of :data:`BACKENDS`."""
+    if not (isinstance(backend, str) and backend in BACKENDS):
+        raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
+
+
 class DrafterInUseError(RuntimeError):
     """A ``Drafter`` was called while another thread (or an outer ``generate()`` call) was
     using it. One drafter serves one request at a time; see ``Drafter``, "Threads"."""
@@ -128,12 +134,11 @@ class Drafter(NoCopy):
     """
 
     def __init__(self, *args: Any, backend: str = "rust", **kwargs: Any) -> None:
+        check_backend(backend)
         if backend == "rust":
             from racer_ref._core import Drafter as impl
-        elif backend == "python":
-            from racer_ref.reference.drafter import Drafter as impl  # type: ignore[assignment]
         else:
-            raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
+            from racer_ref.reference.drafter import Drafter as impl  # type: ignore[assignment]
         self.backend = backend
         self._impl = impl(*args, **kwargs)
         # The Rust core returns a tuple of arrays; the twin already returns a DraftTree.
@@ -156,14 +161,8 @@ class Drafter(NoCopy):
         self._owner: Optional[int] = None
         self._holder = ""
         # The step the decoding loop calls under its claim (see claim() below): the
-        # backend's methods without the public methods' lock and checks. The Rust core
-        # checks its arguments itself, in Rust; the twin's *_trusted methods check nothing.
-        if backend == "rust":
-            self._step = SimpleNamespace(observe=impl_.observe, commit=impl_.commit,
-                                         draft=lambda root, last_topk=None: _from_arrays(impl_.draft(root, last_topk)))
-        else:
-            self._step = SimpleNamespace(observe=impl_.observe_trusted, commit=impl_.commit_trusted,
-                                         draft=impl_.draft_trusted)
+        # backend's methods without the public methods' lock and checks.
+        self._step = core_step(impl_) if backend == "rust" else impl_.trusted_step()
 
     @contextlib.contextmanager
     def claim(self, by: str = "generate()") -> Iterator["Drafter"]:
@@ -396,6 +395,14 @@ class Drafter(NoCopy):
         # From the fixed settings only, so that repr() works while the drafter is in use.
         settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
         return f"Drafter({settings}, backend={self.backend!r})"
+
+
+def core_step(core: Any) -> SimpleNamespace:
+    """What the decoding loop calls each step on a Rust ``racer_ref._core.Drafter``: its
+    ``observe`` and ``commit`` (which check their arguments in Rust, for a few
+    nanoseconds), and ``draft`` with its six arrays wrapped in a ``DraftTree``."""
+    return SimpleNamespace(observe=core.observe, commit=core.commit,
+                           draft=lambda root, last_topk=None: DraftTree(*core.draft(root, last_topk)))
 
 
 @contextlib.contextmanager

@@ -242,18 +242,23 @@ class DraftTree:
 
 
 def tree_attention_mask(parents: np.ndarray) -> np.ndarray:
-    """The tree attention mask of a tree given by its parents (the one builder in Python).
+    """The tree attention mask of a tree given by its parents (the one builder in Python)::
+
+               0 1 2 3          0 = root, 1 and 2 its children, 3 a child of 1
+            0  x . . .
+            1  x x . .          row 3 = row 1 (its parent) + itself
+            2  x . x .
+            3  x x . x
 
     Args:
-        parents: ``(n,)`` int parent node indices, breadth-first: ``parents[0] == -1`` and
-            ``parents[i] < i``.
+        parents: ``(n,)`` int parent node indices: ``parents[0] == -1``, ``parents[i] < i``.
 
     Returns:
         ``(n, n)`` bool: ``[i, j]`` is True iff j is i or an ancestor of i.
     """
     n = len(parents)
     mask = np.eye(n, dtype=bool)
-    for i in range(1, n):  # row i = row parent(i) plus i itself; the parent's row is complete
+    for i in range(1, n):  # parents come first, so row parent(i) is complete: copy it, add i
         mask[i] |= mask[parents[i]]
     return mask
 

@@ -81,7 +81,7 @@ impl FromStr for TreeKind {
             "paper" => Ok(TreeKind::Paper),
             _ => Err(Error::value(
                 "tree",
-                format!("unknown tree {s:?}; expected \"expected\" or \"paper\""),
+                format!("unknown tree {s:?}; expected one of \"expected\", \"paper\""),
             )),
         }
     }

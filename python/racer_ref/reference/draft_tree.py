@@ -48,7 +48,7 @@ from racer_ref.reference.limits import (
     int_value,
 )
 from racer_ref.reference.logits_tree import ADDED, MERGED, REPEATED, grow_logits_tree
-from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree  # noqa: F401
+from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree, tree_attention_mask  # noqa: F401
 
 # The limits (MAX_CAPACITY, MAX_TOKEN_ID) and the checks live in ``limits``, as the Rust
 # core's lib.rs; ``build_draft_tree`` checks its arguments there once, and the builder
@@ -168,17 +168,8 @@ class TreeBuilder:
         )
         depths = np.array([self.depths[old] for old in order], dtype=np.int64)
         sources = np.array([self.sources[old] for old in order], dtype=np.uint8)
-        # Tree attention mask: node i sees itself and its ancestors. Parents come before
-        # children, so row i = row parent(i) plus the diagonal.
-        #
-        #        0 1 2 3          0 = root, 1 and 2 its children, 3 a child of 1
-        #     0  x . . .
-        #     1  x x . .
-        #     2  x . x .
-        #     3  x x . x
-        attention_mask = np.eye(n, dtype=bool)
-        for i in range(1, n):
-            attention_mask[i] |= attention_mask[parents[i]]
+        # Tree attention mask: node i sees itself and its ancestors (racer_ref.tree).
+        attention_mask = tree_attention_mask(parents)
         # retrieve_indices: one row per leaf, its root-to-leaf node indices padded with -1
         # (racer_ref.tree.leaf_paths); nothing in the loop reads it, so it is built on demand.
         return DraftTree(tokens, parents, depths, attention_mask, None, sources)

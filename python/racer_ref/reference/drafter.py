@@ -30,7 +30,7 @@ the accepted ones.
 
 Checks: ``observe``, ``commit`` and ``draft`` check their arguments, then call
 ``observe_trusted``, ``commit_trusted`` and ``draft_trusted``, which check nothing (as the
-Rust core's ``drafter.rs``). ``racer_ref.Drafter``'s claim hands the decoding loop those
+Rust core's ``drafter.rs``). ``trusted_step()`` hands the decoding loop those
 directly: the loop's ids are the model's own, checked at ``generate()``'s boundary.
 
 Interrupts: ``observe``, ``commit`` and ``reset`` are all-or-nothing, like the automaton's
@@ -40,6 +40,7 @@ This class is not thread-safe; ``racer_ref.Drafter`` refuses a second thread (in
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -60,6 +61,7 @@ from racer_ref.reference.limits import (
     check_table_size,
     check_token_id,
     check_token_ids,
+    choice_value,
     int_or_default,
     int_value,
 )
@@ -145,18 +147,10 @@ class Drafter(NoCopy):
         min_border_depth: int = DEFAULT_MIN_BORDER_DEPTH,
         tree: str = "paper",
     ) -> None:
-        # Validate in the same order as the Rust core. Kinds first: the method must be a
-        # string and every size an int (bool and float refused: TypeError); None means the
+        # Validate in the Rust core's order. Kinds first (TypeError): the method and the
+        # tree must be strings, every size an int (bool and float refused); None means the
         # default, as in Automaton, except for vocab_size, which has no default.
-        if method is None:
-            method = "racer"
-        if not isinstance(method, str):
-            raise TypeError(f"method: must be a str, got {type(method).__name__}")
-        if method not in METHODS:
-            raise ValueError(
-                f"method: unknown method {method!r}; expected one of "
-                + ", ".join(f'"{m}"' for m in METHODS)
-            )
+        method = choice_value(method, "method", METHODS, "racer")
         if vocab_size is None:
             raise TypeError("vocab_size: required (the target model's vocabulary size)")
         vocab_size = int_value(vocab_size, "vocab_size")
@@ -165,27 +159,15 @@ class Drafter(NoCopy):
         ngram = int_or_default(ngram, "ngram", DEFAULT_NGRAM)
         max_nodes = int_or_default(max_nodes, "max_nodes", DEFAULT_MAX_NODES)
         min_border_depth = int_or_default(min_border_depth, "min_border_depth", DEFAULT_MIN_BORDER_DEPTH)
-        if tree is None:
-            tree = "paper"
-        if not isinstance(tree, str):
-            raise TypeError(f"tree: must be a str, got {type(tree).__name__}")
-        if tree not in TREES:
-            raise ValueError(f'tree: unknown tree {tree!r}; expected "expected" or "paper"')
-        self.tree = tree
-        # Then ranges: the table, the capacity, the automaton (its own, as it is built).
-        self.method = method
-        # vocab_size and breadth first, so that the message names breadth as our caller
-        # wrote it (the table calls it k).
+        tree = choice_value(tree, "tree", TREES, "paper")
+        # Then ranges (ValueError): the table first, naming breadth as our caller wrote it
+        # (the table calls it k), the capacity, the automaton (its own, as it is built).
         check_table_size(vocab_size, breadth, "breadth")
-        self.capacity = check_capacity(capacity)
-        # The table's numpy array is allocated lazily, so building it for methods that do
-        # not use it costs nothing.
+        self.method, self.tree, self.capacity = method, tree, check_capacity(capacity)
+        # The table's numpy array is allocated lazily: a method without a table pays nothing.
         table = CopyLogitTable(vocab_size, breadth)
         automaton = Automaton(max_nodes=max_nodes, ngram=ngram, min_border_depth=min_border_depth)
-        self.vocab_size = table.vocab_size
-        self.breadth = table.k
-        self.ngram = ngram
-        self.max_nodes = max_nodes
+        self.vocab_size, self.breadth, self.ngram, self.max_nodes = vocab_size, breadth, ngram, max_nodes
         # Keep only what the method drafts from.
         self.table = table if method in ("racer", "logits", "logits-last") else None
         self.automaton = automaton if method in ("racer", "retrieval") else None
@@ -307,6 +289,14 @@ class Drafter(NoCopy):
     # their checks, and the decoding loop (through ``racer_ref.Drafter``'s claim), whose
     # ids are the model's own. Like the Rust core's ``*_trusted``, nothing is checked here.
     # ----------------------------------------------------------------------------------
+
+    def trusted_step(self, owned: bool = False) -> SimpleNamespace:
+        """What the decoding loop calls each step, for its own ids (checked at ``generate()``'s
+        boundary): ``draft``, ``observe`` and ``commit`` without the checks, the ``*_trusted``
+        methods. ``owned``: the drafter is one request's alone (``generate()`` without
+        ``drafter=``) and an interrupt ends both, so a commit's undo log is dropped, not kept."""
+        commit = (lambda tokens: self._commit_logged(tokens.tolist(), [])) if owned else self.commit_trusted
+        return SimpleNamespace(draft=self.draft_trusted, observe=self.observe_trusted, commit=commit)
 
     def observe_trusted(self, tokens: np.ndarray, topk: np.ndarray) -> None:
         """``observe`` for checked ``(n,)`` ids and their ``(n, k' >= breadth)`` top-k rows."""

@@ -16,7 +16,7 @@ messages are the Rust core's, word for word (``rust/src/error.rs`` writes them
 from __future__ import annotations
 
 import operator
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn, Optional, Sequence
 
 import numpy as np
 
@@ -78,6 +78,19 @@ def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
 def int_or_default(value: Any, arg: str, default: int) -> int:
     """``default`` for ``None`` (our convention for "not given"), else ``int_value``."""
     return default if value is None else int_value(value, arg)
+
+
+def choice_value(value: Any, arg: str, choices: Sequence[str], default: str) -> str:
+    """``default`` for ``None``, else ``value`` if it is one of the strings ``choices``
+    (a drafter's ``method`` and ``tree``). TypeError for a non-string, ValueError for another
+    string, which lists the choices."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise TypeError(f"{arg}: must be a str, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{arg}: unknown {arg} {value!r}; expected one of " + ", ".join(f'"{c}"' for c in choices))
+    return value
 
 
 def check_token(arg: str, index: Optional[int], v: int) -> int:
