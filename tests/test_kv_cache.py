@@ -73,14 +73,24 @@ def test_tree_pass_and_accepted_path_are_bit_identical_to_dynamic_layers(kind):
     assert k1[0].shape[2] == len(PROMPT) + 3 + 4
 
 
-def test_generate_uses_growing_layers_by_default_and_still_takes_a_plain_cache():
+def test_generate_uses_growing_layers_for_a_prepared_model_and_still_takes_a_plain_cache():
     model = tiny_model("llama")
-    assert all(type(layer) is GrowingLayer for layer in _make_cache(model, None).layers)
     truth = greedy_reference(model, PROMPT * 4, 20)
+    # A plain model: transformers' own cache (the student's route has no speed-up on it).
+    assert all(type(layer) is DynamicLayer for layer in _make_cache(model, None).layers)
+    assert generate(model, None, PROMPT * 4, max_new_tokens=20).token_ids == truth
+    # A model prepared by speed_up_model (which leaves its handle there): layers that write in place.
+    model.racer_cpu_kernels = object()
+    assert all(type(layer) is GrowingLayer for layer in _make_cache(model, None).layers)
     assert generate(model, None, PROMPT * 4, max_new_tokens=20).token_ids == truth
     cache = DynamicCache(config=model.config)
     assert generate(model, None, PROMPT * 4, max_new_tokens=20, cache=cache).token_ids == truth
     assert all(type(layer) is DynamicLayer for layer in cache.layers)
+    # And a growing cache passed in, on a plain model.
+    del model.racer_cpu_kernels
+    cache = growing_cache(model)
+    assert generate(model, None, PROMPT * 4, max_new_tokens=20, cache=cache).token_ids == truth
+    assert all(type(layer) is GrowingLayer for layer in cache.layers)
 
 
 def test_growing_cache_needs_a_model():

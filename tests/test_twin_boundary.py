@@ -95,11 +95,18 @@ def test_the_loop_steps_the_twin_without_rechecking():
     calls = _profile(run)
     checks = {name for (module, name) in calls if module == "limits"}
     # The drafter's settings are checked once, when it is built; no step checks its ids.
-    assert checks == {"int_value", "int_or_default", "check_table_size", "check_capacity"}
+    assert checks == {"choice_value", "int_value", "int_or_default", "check_table_size", "check_capacity"}
     assert calls[("drafter", "draft_trusted")] >= 2 and calls[("drafter", "draft")] == 0
     assert calls[("drafter", "observe")] == calls[("drafter", "commit")] == 0
-    # A torn drafter is refused once per request, at the claim; the step does not ask again.
+    # The request's own drafter: nothing to refuse or undo (an interrupt ends both).
+    assert not any(module == "undo" for module, _ in calls) and not any(n == "_check_intact" for _, n in calls)
+    # A shared drafter: a torn one is refused once per request, at the claim, and every
+    # commit is all or nothing; the step does not check its ids either.
+    shared = racer_ref.Drafter("racer", vocab_size=128, capacity=16, backend="python")
+    calls = _profile(lambda: racer_ref.generate(model, None, prompt, max_new_tokens=12, drafter=shared))
     assert calls[("undo", "check_intact")] == 1 and not any(n == "_check_intact" for _, n in calls)
+    assert calls[("undo", "all_or_nothing")] == calls[("drafter", "commit_trusted")] >= 2
+    assert calls[("drafter", "observe")] == calls[("drafter", "commit")] == calls[("drafter", "draft")] == 0
 
 
 def test_the_loop_refuses_a_torn_twin_before_any_work():

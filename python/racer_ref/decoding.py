@@ -15,37 +15,33 @@ processors). Batch size 1 only.
 
 from __future__ import annotations
 
+import inspect
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
 
-from racer_ref.drafter import claim
 from racer_ref.metrics import TIMING_KEYS, GenerationResult
-from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, Options, resolve  # noqa: F401
+from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, OPTIONS, Options, resolve  # noqa: F401
 from racer_ref.sampling import sample, target_probs
 from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: the methods generate() accepts)
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
                               keep_accepted)
 
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
-    """Drop every node deeper than ``max_depth`` (keeps BFS order; the result is a valid tree).
+    """The nodes before the first one deeper than ``max_depth``: in breadth-first order,
+    every node down to ``max_depth`` (and any prefix is a tree: a parent precedes its children).
 
     Used so that a step never emits more than ``max_new_tokens`` or fills the context beyond
     its length: accepting a drafts emits ``a + 1`` tokens, so depth <= room - 1.
     """
-    keep = tree.depths <= max_depth  # (n,) bool; ancestors are shallower, so prefix-closed
-    if keep.all():
+    deeper = np.flatnonzero(tree.depths > max_depth)
+    if len(deeper) == 0:
         return tree
-    return tree.subtree_trusted(np.flatnonzero(keep))  # sorted, the root first: nothing to check
-
-
-def choose_root(opts: Options, scores: torch.Tensor) -> int:
-    """The root: the argmax of a ``(vocab,)`` row (greedy) or a sample of the target distribution."""
-    if opts.temperature == 0:
-        return int(scores.argmax())
-    return sample(target_probs(scores[None], opts.temperature, opts.top_p)[0], opts.generator)
+    n = int(deeper[0])  # keep nodes 0 .. n-1: their arrays, and the mask's top-left block
+    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.attention_mask[:n, :n],
+                     None, tree.sources[:n])
 
 
 class _Output:
@@ -98,10 +94,6 @@ class _Clock:
         self.sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
         self.started = self.last = time.perf_counter()
 
-    def skip(self) -> None:
-        """Start the next lap now, adding the time since the last one to no key."""
-        self.last = time.perf_counter()
-
     def lap(self, key: str, sync: bool = False) -> None:
         if sync:
             self.sync()
@@ -110,38 +102,16 @@ class _Clock:
         self.last = now
 
 
-def generate(
-    model: Any,
-    tokenizer: Any = None,
-    prompt: Any = None,
-    max_new_tokens: int = 128,
-    method: Optional[str] = None,
-    capacity: Union[int, str, None] = None,
-    breadth: Optional[int] = None,
-    ngram: Optional[int] = None,
-    max_nodes: Optional[int] = None,
-    backend: Optional[str] = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    eos_token_id: Any = None,
-    stop: Union[str, Sequence[str], None] = None,
-    streamer: Any = None,
-    callback: Optional[Callable[[List[int]], None]] = None,
-    drafter: Any = None,
-    observe_rejected: bool = True,
-    seed: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
-    cache: Any = None,
-    logits_processor: Any = None,
-    stopping_criteria: Any = None,
-    tree: Optional[str] = None,
-) -> GenerationResult:
+def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_tokens: int = 128,
+             **options: Any) -> GenerationResult:
     """Decode one prompt with RACER (or another drafter) and the target's verification.
 
     ``model`` is a transformers causal LM, ``tokenizer`` its tokenizer (or ``None`` with
-    token ids and no stop strings), ``prompt`` a string or token ids (batch size 1). Each
-    parameter is described once, with the rule it is checked by, on
-    [`racer_ref.options.Options`][racer_ref.options.Options].
+    token ids and no stop strings), ``prompt`` a string or token ids (batch size 1),
+    ``max_new_tokens`` the most new tokens. The other parameters are keyword options
+    (``method``, ``capacity``, ``temperature``, ``drafter`` ... with their defaults in
+    :data:`racer_ref.options.OPTIONS`); each is described once, with the rule it is checked
+    by, on [`racer_ref.options.Options`][racer_ref.options.Options].
 
     Returns:
         GenerationResult: the new token ids, their text, the accepted length and tree size
@@ -150,24 +120,23 @@ def generate(
     Raises:
         ValueError: an argument out of range or contradicting another, an unsupported cache
             or model (the message names it).
-        TypeError: an argument of the wrong kind (the message names it). Both before any
-            work is done ([`resolve`][racer_ref.options.resolve] checks them).
+        TypeError: an argument of the wrong kind or an unknown option (the message names
+            it). Both before any work is done ([`resolve`][racer_ref.options.resolve]).
     """
-    arguments = dict(locals())  # every argument by name: the parameter list is written once, above
     clock = _Clock(model)
-    opts = resolve(arguments.pop("model"), arguments)  # checked once, here; the loop trusts opts
-    clock.skip()  # the checks count in "total" only
+    opts = resolve(model, tokenizer, prompt, max_new_tokens, options)  # checked once, here; the loop trusts opts
+    clock.last = time.perf_counter()  # the checks count in "total" only
     cache, k = opts.cache, opts.k
     out = _Output(opts, model.device)
     output = out.token_ids  # new tokens, the root of the next step last
     result = GenerationResult(token_ids=output, text=None, timings=clock.timings, method=opts.method)
     processors = opts.processors  # None: the raw logits are the target's scores
     committed = 0  # output tokens already committed to the drafter (the prompt is, at prefill)
-    # A Drafter serves one generate() call at a time: a second caller is refused at once.
-    # Under the claim the loop calls the drafter's step, which trusts the loop's ids.
-    with claim(opts.drafter) as drafter, torch.inference_mode():
-        if streamer is not None:
-            streamer.put(torch.tensor(opts.prompt_ids[None]))
+    # The drafter's step trusts the loop's ids. A shared Drafter serves one generate() call
+    # at a time (a second caller is refused at once); a new one is this call's alone.
+    with opts.drafting as drafter, torch.inference_mode():
+        if opts.streamer is not None:
+            opts.streamer.put(torch.tensor(opts.prompt_ids[None]))
         clock.lap("bookkeeping")
         done = opts.max_new_tokens == 0
         if not done:
@@ -178,7 +147,9 @@ def generate(
                 raise ValueError(f"model: {logits.shape[-1]} logits per position, more than its "
                                  f"config's vocab_size {opts.vocab_size}")
             root_scores = logits[-1] if processors is None else processors.root_scores(prompt_t, logits[-1])
-            root = choose_root(opts, root_scores)
+            # The first root: the argmax (greedy) or a sample of the target distribution.
+            root = (int(root_scores.argmax()) if opts.temperature == 0 else
+                    sample(target_probs(root_scores[None], opts.temperature, opts.top_p)[0], opts.generator))
             clock.lap("prefill", sync=True)
             # Copy-logit rows for every prompt position; the automaton learns the prompt.
             topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
@@ -209,9 +180,8 @@ def generate(
             # Every node's top-k feeds the copy-logit table; the same top-k gives the argmax.
             topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
             scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
-            if processors is not None:
-                committed_t = torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=model.device)
-                scores = processors(committed_t, tree, logits)  # every node with its own prefix
+            if processors is not None:  # every node with its own prefix: prompt + output + its path
+                scores = processors(torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=model.device), tree, logits)
             if opts.temperature == 0:
                 predicted = None if processors is not None else argmax_from_topk(logits, topk_values, topk_ids)
                 accepted, next_root = accept_greedy(scores, tree, predicted)
@@ -243,11 +213,17 @@ def generate(
         if committed < len(output):
             # The last tokens are output too: a shared drafter should know them next call.
             drafter.commit(np.asarray(output[committed:], dtype=np.int64))
-        if streamer is not None:
-            streamer.end()
+        if opts.streamer is not None:
+            opts.streamer.end()
     result.stop_reason = out.stop_reason or "max_new_tokens"
     if tokenizer is not None:
         result.text = tokenizer.decode(output, skip_special_tokens=True)
     clock.lap("bookkeeping")
     clock.timings["total"] = clock.last - clock.started
     return result
+
+
+# help(generate) and inspect show every option with its default (the list lives in OPTIONS).
+generate.__signature__ = inspect.signature(generate).replace(parameters=[
+    *list(inspect.signature(generate).parameters.values())[:4],
+    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value) for name, value in OPTIONS.items())])

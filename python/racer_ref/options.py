@@ -31,6 +31,7 @@ warning) how to turn it on, or to silence that with ``$RACER_REF_CPU_KERNELS=off
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -50,6 +51,15 @@ DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
 #: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
 #: Fixed rather than "auto" so that a seed reproduces a sampled output.
 DEFAULT_CPU_CAPACITY = 16
+
+#: generate()'s keyword options and their defaults (each described on :class:`Options`):
+#: the one list of its parameters after ``model, tokenizer, prompt, max_new_tokens``.
+OPTIONS: Dict[str, Any] = {
+    "method": None, "capacity": None, "breadth": None, "ngram": None, "max_nodes": None, "backend": None,
+    "temperature": 0.0, "top_p": 1.0, "eos_token_id": None, "stop": None, "streamer": None,
+    "callback": None, "drafter": None, "observe_rejected": True, "seed": None, "generator": None,
+    "cache": None, "logits_processor": None, "stopping_criteria": None, "tree": None,
+}
 
 #: generate()'s drafter parameters and their values when neither the caller nor a given
 #: drafter sets them (the paper's, from :mod:`racer_ref.reference.limits`).
@@ -210,7 +220,8 @@ class Options:
         max_new_tokens: at most this many new tokens.
         room: new tokens that fit in the model's context length (``inf`` without one).
         cache: the empty ``DynamicCache`` the prefill fills.
-        drafter: what drafts each tree (``draft``, ``observe``, ``commit``).
+        drafting: a context manager that holds the drafter for this call and gives the
+            loop what drafts each tree (``draft``, ``observe``, ``commit``).
         k: top-k ids kept per verified logits row (the drafter's breadth; 0 for ``"ar"``).
         method: the drafting method, for the result.
         temperature, top_p, generator: sampling (``temperature == 0``: greedy).
@@ -226,7 +237,7 @@ class Options:
     max_new_tokens: int
     room: float
     cache: Any
-    drafter: Any
+    drafting: Any
     k: int
     method: str
     temperature: float
@@ -241,7 +252,7 @@ class Options:
     callback: Any
 
 
-def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
+def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, options: Dict[str, Any]) -> Options:
     """Check every argument of :func:`racer_ref.generate` and resolve them into :class:`Options`.
 
     Each argument is checked once, by the rule written at its parameter on :class:`Options`;
@@ -249,60 +260,64 @@ def resolve(model: Any, arguments: Dict[str, Any]) -> Options:
     do not run.
 
     Args:
-        model: the target model.
-        arguments: ``generate()``'s other arguments by name, as given.
+        model, tokenizer, prompt, max_new_tokens: ``generate()``'s first four arguments.
+        options: its keyword options by name, as given (the others take :data:`OPTIONS`).
 
     Raises:
         ValueError: a value out of range or contradicting another (a drafter parameter or
             ``method`` against the given ``drafter``), an unsupported cache or model.
-        TypeError: a value of the wrong kind. The message names the argument; all are raised
-            before any work is done (no forward pass, no drafter update).
+        TypeError: a value of the wrong kind, or an unknown option. The message names the
+            argument; all are raised before any work is done (no forward pass, no drafter update).
     """
-    a = dict(arguments)
+    unknown = [name for name in options if name not in OPTIONS]
+    if unknown:
+        raise TypeError(f"generate() got an unexpected keyword argument {unknown[0]!r}")
+    a = {**OPTIONS, **options, "tokenizer": tokenizer, "prompt": prompt, "max_new_tokens": max_new_tokens}
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
     method = a["method"]
     if method is not None and method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
-    _check_int("max_new_tokens", a["max_new_tokens"], 0)
-    check_sampling_arguments(a["temperature"], a["top_p"])
-    if a["temperature"] > 0 and a["logits_processor"] is None:
-        _check_sampling_config(model)
+    _check_int("max_new_tokens", max_new_tokens, 0)
+    if "temperature" in options or "top_p" in options:  # (the defaults, greedy, need no check)
+        check_sampling_arguments(a["temperature"], a["top_p"])
     vocab_size = int(config.vocab_size)
-    prompt_ids = _prompt_ids(a["tokenizer"], a["prompt"], vocab_size)
+    prompt_ids = _prompt_ids(tokenizer, prompt, vocab_size)
     max_length = getattr(config, "max_position_embeddings", None)
     if max_length is not None and len(prompt_ids) >= max_length:
         raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
+    generation_config = getattr(model, "generation_config", None)  # what model.generate reads
+    if a["temperature"] > 0 and a["logits_processor"] is None:
+        _check_sampling_config(generation_config)
+    if getattr(generation_config, "cache_implementation", None) not in (None, "dynamic"):
+        warnings.warn(f"model.generation_config: cache_implementation={generation_config.cache_implementation!r} "
+                      "is not used: racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are "
+                      "the same)", stacklevel=3)
     if a["eos_token_id"] is not None:
         eos = _eos_ids(a["eos_token_id"], vocab_size)
     else:  # the model's generation config, as model.generate (its ids are the model's own: no range check)
-        config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        config_eos = getattr(generation_config, "eos_token_id", None)
         eos = [] if config_eos is None else _eos_ids(config_eos)
-    stops = None if a["stop"] is None else _stop_strings(a["tokenizer"], a["stop"], prompt_ids)
-    cache_implementation = getattr(getattr(model, "generation_config", None), "cache_implementation", None)
-    if cache_implementation not in (None, "dynamic"):
-        warnings.warn(f"model.generation_config: cache_implementation={cache_implementation!r} is not used: "
-                      "racer_ref.generate keeps its KV cache in a DynamicCache (the numbers are the same)",
-                      stacklevel=3)
+    stops = None if a["stop"] is None else _stop_strings(tokenizer, a["stop"], prompt_ids)
     cache = make_cache(model, a["cache"])
-    generator = None
-    if a["generator"] is not None or a["seed"] is not None:
-        generator = _generator(a["generator"], a["seed"])
+    generator = None if a["generator"] is None and a["seed"] is None else _generator(a["generator"], a["seed"])
     if not isinstance(a["observe_rejected"], bool):
         raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
     if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
         _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
-    processors = _tree_processor(model, a["logits_processor"], prompt_ids, a["max_new_tokens"], a["eos_token_id"])
-    drafter, k, method = _drafter(model, a["drafter"], vocab_size, method, a)
+    processors = None  # plain decoding: the raw logits are the target's scores, no processor code runs
+    if a["logits_processor"] is not None or _config_processes(model):
+        processors = _tree_processor(model, a["logits_processor"], prompt_ids, max_new_tokens, a["eos_token_id"])
+    drafting, k, method = _drafter(model, a["drafter"], vocab_size, method, a)
     # Every argument is checked: now the model's attention may change (on a CPU; after the first
     # call with this model only an SDPA model has something to do there).
     if model.device.type == "cpu" and not getattr(model, "racer_cpu_checked", False):
         _cpu_attention(model)
     return Options(
-        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=a["max_new_tokens"],
+        prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=max_new_tokens,
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
-        drafter=drafter, k=min(int(k), vocab_size), method=method,
+        drafting=drafting, k=min(int(k), vocab_size), method=method,
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
         observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
         stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],
@@ -453,10 +468,9 @@ def _generator(generator: Any, seed: Any) -> Optional[torch.Generator]:
     return generator
 
 
-def _check_sampling_config(model: Any) -> None:
-    """Warn about every sampling setting of the model's generation config that a sampling
+def _check_sampling_config(config: Any) -> None:
+    """Warn about every sampling setting of the model's generation ``config`` that a sampling
     ``model.generate`` would apply and ``generate()`` does not (they change the distribution)."""
-    config = getattr(model, "generation_config", None)
     ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in UNAPPLIED_SAMPLING_SETTINGS.items()
                if getattr(config, name, None) not in neutral]
     if ignored:
@@ -465,20 +479,20 @@ def _check_sampling_config(model: Any) -> None:
                       "model.generate's", stacklevel=4)
 
 
+def _config_processes(model: Any) -> bool:
+    """Whether ``model.generate(do_sample=False)`` would apply logits processors from the
+    model's generation config: a setting away from transformers' defaults that is not one
+    of :data:`NO_PROCESSOR_KEYS`."""
+    config = getattr(model, "generation_config", None)
+    return (config is not None and hasattr(model, "_get_logits_processor")
+            and not set(config.to_diff_dict()) <= NO_PROCESSOR_KEYS)
+
+
 def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], max_new_tokens: int,
                     eos_token_id: Any) -> Any:
-    """The processors applied to every draft-tree node, or ``None`` when there are none.
-
-    ``logits_processor=None`` takes what ``model.generate(do_sample=False)`` applies from the
-    model's generation config; a config with transformers' defaults (but for the settings of
-    :data:`NO_PROCESSOR_KEYS`) applies nothing, and then no processor code runs.
-    """
-    if logits_processor is None:
-        config = getattr(model, "generation_config", None)
-        if config is None or not hasattr(model, "_get_logits_processor"):
-            return None
-        if set(config.to_diff_dict()) <= NO_PROCESSOR_KEYS:
-            return None
+    """The processors applied to every draft-tree node (:mod:`racer_ref.integrations.processing`):
+    ``logits_processor``, or with ``None`` those ``model.generate(do_sample=False)`` applies
+    from the model's generation config. ``None`` when that leaves none to apply."""
     from racer_ref.integrations.processing import as_tree_processor, default_processors
 
     if logits_processor is None:
@@ -521,40 +535,44 @@ def _cpu_attention(model: Any) -> None:
 
 
 def make_cache(model: Any, cache: Any) -> Any:
-    """An empty ``DynamicCache`` of full-attention layers, or a clear ``ValueError``.
-
-    Without a cache from the caller we make one whose layers write in place
-    (:class:`racer_ref.speedups.kv_cache.GrowingLayer`): same numbers, no whole-cache copy per step.
-    """
-    from transformers import cache_utils
+    """The empty ``DynamicCache`` the prefill fills, of full-attention layers only (else a
+    ``ValueError``): the caller's, or a new one; for a model prepared by ``speed_up_model``,
+    one whose layers write in place (:mod:`racer_ref.speedups.kv_cache`, the same numbers)."""
+    from transformers import DynamicCache, cache_utils
     from transformers.cache_utils import DynamicLayer
 
-    from racer_ref.speedups.kv_cache import GrowingLayer, growing_cache
-
-    # The model's own layout tells sliding-window and other layers apart. A cache given
-    # as DynamicCache() has no layers until the first forward pass (they are then all
-    # DynamicLayer), so the layout is checked whatever cache the caller passes.
-    layout = growing_cache(model)
-    # Attention layers (full, sliding-window, quantized...) share CacheLayerMixin; a Mamba-style
-    # model's layers are all linear-attention (recurrent state) layers.
-    attention = getattr(cache_utils, "CacheLayerMixin", DynamicLayer)
+    # The model's own layout tells sliding-window and linear-attention layers apart (a given
+    # DynamicCache() has no layers before its first forward pass).
+    layout = DynamicCache(config=model.config)
+    attention = getattr(cache_utils, "CacheLayerMixin", DynamicLayer)  # what attention layers share
     if not any(isinstance(layer, attention) for layer in layout.layers):
         raise ValueError(f"model: {type(model).__name__} has no attention layers ({model.config.model_type}); "
                          "racer-ref verifies a draft tree through tree attention, so it needs a transformer "
                          "with full-attention layers")
-    layers = list(layout.layers) if cache is None else list(layout.layers) + _given_cache_layers(cache)
-    for layer in layers:
-        if type(layer) not in (DynamicLayer, GrowingLayer):
-            raise ValueError(
-                f"cache: layer type {type(layer).__name__} is not supported (sliding-window, linear-attention "
-                "and quantized layers cannot keep an accepted tree path); only full-attention DynamicLayer"
-            )
-    return layout if cache is None else cache
+    for layer in layout.layers:
+        if type(layer) is not DynamicLayer:
+            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
+    if cache is not None:
+        return _given_cache(cache)
+    if getattr(model, "racer_cpu_kernels", None) is not None:  # prepared by speed_up_model
+        from racer_ref.speedups.kv_cache import growing_cache
+
+        return growing_cache(model)
+    return layout
 
 
-def _given_cache_layers(cache: Any) -> List[Any]:
-    """The layers of the caller's ``cache``, after checking that it is an empty ``DynamicCache``."""
+#: The error for a cache layer that cannot keep an accepted tree path.
+UNSUPPORTED_LAYER = ("cache: layer type {} is not supported (sliding-window, linear-attention and quantized "
+                     "layers cannot keep an accepted tree path); only full-attention DynamicLayer")
+
+
+def _given_cache(cache: Any) -> Any:
+    """The caller's ``cache``, after checking that it is an empty ``DynamicCache`` of
+    full-attention layers (plain, or writing in place)."""
     from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    from racer_ref.speedups.kv_cache import GrowingLayer
 
     if type(cache) is not DynamicCache:
         raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
@@ -562,76 +580,94 @@ def _given_cache_layers(cache: Any) -> List[Any]:
         raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
     if cache.get_seq_length() != 0:
         raise ValueError("cache: must be empty; generate() prefills it with the prompt")
-    return list(cache.layers)
+    for layer in cache.layers:
+        if type(layer) not in (DynamicLayer, GrowingLayer):
+            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
+    return cache
 
 
 def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
              a: Dict[str, Any]) -> Tuple[Any, int, str]:
-    """The drafter of this call, its breadth ``k`` (the top-k ids each verified row gives
-    it) and its method: the given drafter, or a new one for ``method``.
+    """The drafting of this call (a context manager that holds the drafter and gives the loop
+    its step: ``draft``, ``observe``, ``commit``), the breadth ``k`` and the method.
 
-    A new ``racer_ref.Drafter`` checks the drafter parameters itself, naming each (once:
-    they are not checked here too). Otherwise (a given drafter, or ``"ar"``, which drafts
-    nothing) :func:`_check_drafter_settings` checks the parameters the caller passed
-    (``None``: not passed), and with a drafter a value that contradicts it (or one it has
-    no such setting for) is refused, never ignored. ``capacity=None`` takes the device's
-    default; ``"auto"`` wraps the new drafter in an ``AdaptiveDrafter``
-    (:mod:`racer_ref.speedups.capacity`).
+    Usually a new drafter of the chosen backend is built for this request alone (the Rust
+    core's or the twin's ``Drafter``, which checks the drafter parameters itself, naming
+    each), and the loop calls its step directly: no lock, no checks, no undo log. A given
+    drafter, ``"ar"`` and ``capacity="auto"`` go through :func:`_checked_drafter`.
     """
-    from racer_ref.drafter import Drafter
-
     given = {name: a[name] for name in DRAFTER_DEFAULTS}
-    auto = given["capacity"] == "auto"
-    if auto and drafter is not None:
-        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
-    if auto:
-        given["capacity"] = DEFAULT_GPU_CAPACITY
-    elif given["capacity"] is None and drafter is None:  # the device's default (a given drafter brings its own)
+    if given["capacity"] is None and drafter is None:  # the device's default (a given drafter brings its own)
         given["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     method = "racer" if method is None and drafter is None else method
-    if drafter is not None or method == "ar":
-        return _checked_drafter(drafter, vocab_size, method, given, a)
+    if drafter is not None or method == "ar" or given["capacity"] == "auto":
+        return _checked_drafter(model, drafter, vocab_size, method, given, a)
     settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
-    built = Drafter(method, vocab_size, **settings)
-    if auto:  # a speed-up, imported only when asked for: the loop knows fixed capacities
-        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+    backend = settings.pop("backend")
+    if backend == "python":
+        from racer_ref.reference.drafter import Drafter as Twin
 
-        built = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
-    return built, settings["breadth"], method
+        step = Twin(method, vocab_size, **settings).trusted_step(owned=True)
+    elif backend == "rust":
+        from racer_ref._core import Drafter as Core
+        from racer_ref.drafter import core_step
+
+        step = core_step(Core(method, vocab_size, **settings))
+    else:
+        from racer_ref.drafter import check_backend
+
+        check_backend(backend)  # raises: neither backend
+    return contextlib.nullcontext(step), settings["breadth"], method
 
 
-def _checked_drafter(drafter: Any, vocab_size: int, method: Optional[str], given: Dict[str, Any],
-                     a: Dict[str, Any]) -> Tuple[Any, int, str]:
-    """``_drafter`` for a drafter of the caller's, or for ``"ar"`` (``drafter`` None): the
-    parameters checked here, since no ``racer_ref.Drafter`` is built to check them. With
-    ``"ar"`` (root-only trees) a drafter setting the caller passed is named in a warning."""
+def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
+                     given: Dict[str, Any], a: Dict[str, Any]) -> Tuple[Any, int, str]:
+    """``_drafter`` for a drafter of the caller's, for ``"ar"`` (``drafter`` None) or for
+    ``capacity="auto"``.
+
+    ``"auto"`` wraps a new ``racer_ref.Drafter`` in an ``AdaptiveDrafter``
+    (:mod:`racer_ref.speedups.capacity`, imported only when asked for: the loop knows fixed
+    capacities). Otherwise :func:`_check_drafter_settings` checks the parameters the caller
+    passed (``None``: not passed), since no ``Drafter`` is built to check them; with a
+    drafter a value that contradicts it (or one it has no such setting for) is refused,
+    never ignored, and with ``"ar"`` (root-only trees) a drafter setting is named in a warning.
+    """
+    from racer_ref.drafter import Drafter, claim
+
+    if given["capacity"] == "auto":
+        if drafter is not None:
+            raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+        given["capacity"] = DEFAULT_GPU_CAPACITY  # the largest it may choose
+        if method != "ar":
+            from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+            settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
+            built = Drafter(method, vocab_size, **settings)
+            auto = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
+            return claim(auto), settings["breadth"], method
     _check_drafter_settings(given, vocab_size)
     if drafter is None:
         for name in (n for n in DRAFTER_DEFAULTS if a[n] is not None):
             warnings.warn(f"{name}: {a[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
                           stacklevel=5)
-        return RootOnlyDrafter(), 0, "ar"
+        return contextlib.nullcontext(RootOnlyDrafter()), 0, "ar"
     breadth = a["breadth"]
     drafter = _given_drafter(drafter, vocab_size, {"method": method, **given})
     own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
     k = own_breadth if own_breadth is not None else (breadth or DRAFTER_DEFAULTS["breadth"])
-    return drafter, k, getattr(drafter, "method", None) or method or "racer"
+    return claim(drafter), k, getattr(drafter, "method", None) or method or "racer"
 
 
 def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
-    """Check each drafter parameter passed (``None``: not passed) for kind and range."""
-    from racer_ref.drafter import BACKENDS
-    from racer_ref.reference.drafter import TREES
+    """Check each drafter parameter passed (``None``: not passed) by the rules a ``Drafter``
+    checks them with, naming each (the twin's, whose one home is ``reference/limits.py``),
+    without a drafter for this call: a throwaway twin is built (its table is allocated lazily)."""
+    from racer_ref.drafter import check_backend
+    from racer_ref.reference.drafter import Drafter as Twin
 
-    for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
-        if given[name] is not None:
-            _check_int(name, given[name], low)
-    if given["breadth"] is not None and given["breadth"] > vocab_size:
-        raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
-    if given["backend"] is not None and given["backend"] not in BACKENDS:
-        raise ValueError(f"backend: must be one of {BACKENDS}, got {given['backend']!r}")
-    if given["tree"] is not None and given["tree"] not in TREES:
-        raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
+    if given["backend"] is not None:
+        check_backend(given["backend"])
+    Twin("racer", vocab_size, **{name: given[name] for name in ("capacity", "breadth", "ngram", "max_nodes", "tree")})
 
 
 def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:

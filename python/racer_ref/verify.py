@@ -41,6 +41,7 @@ import functools
 import inspect
 from typing import List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from racer_ref.tree import DraftTree
@@ -169,16 +170,14 @@ def accept_greedy(
     if predicted is None:
         # One device->host copy for the whole tree: n small ints.
         predicted = logits.argmax(dim=-1).tolist()  # (n,) as a list of ints
-    tokens = tree.tokens.tolist()
-    children = tree.children()
     accepted = [0]
     node = 0
     while True:
         # The child of `node` carrying the predicted token, if the drafter proposed it.
-        match = [c for c in children[node] if tokens[c] == predicted[node]]
-        if not match:
+        match = np.flatnonzero((tree.parents == node) & (tree.tokens == predicted[node]))
+        if len(match) == 0:
             return accepted, predicted[node]
-        node = match[0]
+        node = int(match[0])
         accepted.append(node)
 
 

@@ -89,7 +89,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     """
     import torch
 
-    from racer_ref.speedups.kv_cache import growing_cache
+    from racer_ref.options import make_cache
     from racer_ref.speedups.cpu_kernels import routed_layer_count
     from racer_ref.verify import forward_prompt
 
@@ -112,7 +112,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
     samples: Dict[int, List[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
-        cache = growing_cache(model)  # the kind of cache generate() uses
+        cache = make_cache(model, None)  # the kind of cache generate() uses for this model
         prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
         forward_prompt(model, cache, prompt)
         for n in sizes:  # warm-up: one untimed pass per size (allocator, kernels)

@@ -4,8 +4,12 @@ transformers' ``DynamicLayer`` appends a forward pass's keys and values with ``t
 which copies the *whole* cache of that layer every time. Speculative decoding appends every
 step and then cuts the rejected nodes off again (:func:`racer_ref.verify.keep_accepted`), so
 each verify pass pays for a full copy of the cache in every layer: for SmolLM2-135M at 400
-cached tokens that is 18 MB per pass, 1-4% of a CPU verify pass (measured with
-``benchmarks/bench_capacity.py --cache both``).
+cached tokens that is 18 MB per pass, 1-4% of a CPU verify pass (``benchmarks/bench_capacity.py``:
+its ``ours`` variant writes in place, ``hf`` appends).
+
+``generate()`` makes its cache from these layers for a model prepared by ``speed_up_model``
+(:func:`racer_ref.options.make_cache`); pass ``cache=growing_cache(model)`` to have them
+without it.
 
 :class:`GrowingLayer` keeps each layer's keys and values at the front of a larger buffer and
 writes the new entries into the free slots behind them; ``keys``/``values`` are views of the
