@@ -659,15 +659,19 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
 
 
 def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
-    """Check each drafter parameter passed (``None``: not passed) by the rules a ``Drafter``
-    checks them with, naming each (the twin's, whose one home is ``reference/limits.py``),
-    without a drafter for this call: a throwaway twin is built (its table is allocated lazily)."""
+    """Check each drafter parameter passed (``None``: not passed) for kind and range."""
     from racer_ref.drafter import check_backend
-    from racer_ref.reference.drafter import Drafter as Twin
+    from racer_ref.reference.drafter import TREES
 
+    for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
+        if given[name] is not None:
+            _check_int(name, given[name], low)
+    if given["breadth"] is not None and given["breadth"] > vocab_size:
+        raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
     if given["backend"] is not None:
         check_backend(given["backend"])
-    Twin("racer", vocab_size, **{name: given[name] for name in ("capacity", "breadth", "ngram", "max_nodes", "tree")})
+    if given["tree"] is not None and given["tree"] not in TREES:
+        raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
 
 
 def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:

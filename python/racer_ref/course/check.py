@@ -948,17 +948,15 @@ def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
 def _tree_from_parents(tokens, parents):
     import numpy as np
 
-    from racer_ref.reference.draft_tree import DraftTree
+    from racer_ref.tree import DraftTree, tree_attention_mask
 
     n = len(parents)
     depths = [0] * n
-    mask = np.eye(n, dtype=bool)
     for i in range(1, n):
         depths[i] = depths[parents[i]] + 1
-        mask[i] |= mask[parents[i]]
     return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
-                     np.array(depths, dtype=np.int64), mask, np.zeros((0, 0), dtype=np.int64),
-                     np.zeros(n, dtype=np.uint8))
+                     np.array(depths, dtype=np.int64), tree_attention_mask(np.array(parents)),
+                     np.zeros((0, 0), dtype=np.int64), np.zeros(n, dtype=np.uint8))
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
