@@ -52,13 +52,23 @@ def tiny_llama():
 
 @functools.lru_cache(maxsize=None)
 def _spans(path: str) -> Dict[int, Tuple[str, int, int]]:
-    """For each function of the file: first line of its code object -> (name, def line, end line)."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    spans = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            spans[first] = spans[node.lineno] = (node.name, node.lineno, node.end_lineno)
+    """For each function of the file: first line of its code object -> (qualified name, def
+    line, end line)."""
+    spans: Dict[int, Tuple[str, int, int]] = {}
+
+    def visit(parent: ast.AST, prefix: str) -> None:
+        for node in ast.iter_child_nodes(parent):
+            if isinstance(node, ast.ClassDef):
+                visit(node, f"{prefix}{node.name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                # Named as Python's __qualname__ does: Class.method, outer.<locals>.inner.
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                spans[first] = spans[node.lineno] = (prefix + node.name, node.lineno, node.end_lineno)
+                visit(node, f"{prefix}{node.name}.<locals>.")
+            else:
+                visit(node, prefix)
+
+    visit(ast.parse(Path(path).read_text(encoding="utf-8")), "")
     return spans
 
 

@@ -29,6 +29,7 @@ from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: the method
 from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
                               keep_accepted)
 
+
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
     """The nodes before the first one deeper than ``max_depth``: in breadth-first order,
     every node down to ``max_depth`` (and any prefix is a tree: a parent precedes its children).
@@ -119,9 +120,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
 
     Raises:
         ValueError: an argument out of range or contradicting another, an unsupported cache
-            or model (the message names it).
+            or model (the message names it; logits wider than the vocabulary: at prefill).
         TypeError: an argument of the wrong kind or an unknown option (the message names
-            it). Both before any work is done ([`resolve`][racer_ref.options.resolve]).
+            it). Both before any other work ([`resolve`][racer_ref.options.resolve]).
     """
     clock = _Clock(model)
     opts = resolve(model, tokenizer, prompt, max_new_tokens, options)  # checked once, here; the loop trusts opts

@@ -1,8 +1,9 @@
 """``racer_ref.Drafter``: the drafting side of RACER behind one class, Rust or Python.
 
-The verification loop, the benchmarks and the tutorials all draft through this class; it
-dispatches to the Rust core (``racer_ref._core.Drafter``, the default) or to the
-teaching twin (``racer_ref.reference.drafter.Drafter``). Both give identical draft trees.
+The benchmarks, the tutorials and a drafter shared across ``generate()`` calls draft through
+this class (``generate()`` without ``drafter=`` builds the backend's drafter itself, for the
+request alone); it dispatches to the Rust core (``racer_ref._core.Drafter``, the default) or
+to the teaching twin (``racer_ref.reference.drafter.Drafter``). Both give identical draft trees.
 
 See ``racer_ref.reference.drafter`` for how every method works, and docs/explanation/spec.md steps
 2-4, 8 and 9 for the rules.
@@ -46,9 +47,9 @@ def _one_caller(method: _F) -> _F:
 
     The lock is an ``RLock`` taken with ``acquire(blocking=False)``: it is never waited
     for, and any other thread is refused with ``DrafterInUseError``. Under a ``claim()``
-    (``generate()`` drafts, observes and commits many times under one claim) the claiming
-    thread already holds it: its calls skip it, so a decoding step takes no lock here (the
-    Rust core's own per-call lock is the only one).
+    the claiming thread already holds it: its own calls skip it. (``generate()`` claims a
+    shared drafter once per call and steps it through ``claim()``'s step, not through these
+    methods: a decoding step takes no lock here; the Rust core's own per-call lock is the only one.)
     """
 
     @functools.wraps(method)
@@ -69,7 +70,7 @@ def _one_caller(method: _F) -> _F:
 class Drafter(NoCopy):
     """Builds one draft tree per decoding step for one drafting method.
 
-    Methods (docs/explanation/spec.md, "Peers to measure against"):
+    Methods (docs/explanation/spec.md, "Methods we compare against"):
 
     * ``"racer"``: retrieval tree (Aho-Corasick automaton) first, the logits tree
       (copy-logit table) fills the remaining capacity;

@@ -7,8 +7,11 @@ reads the frozen :class:`Options` and trusts it.
 
 Resolution is also where the optional parts plug in, so that the loop does not know them:
 
-* the KV cache: a ``DynamicCache`` whose layers grow in place
-  (:mod:`racer_ref.speedups.kv_cache`; the loop only calls ``cache.get_seq_length()``);
+* the KV cache: transformers' ``DynamicCache``, or for a model prepared by ``speed_up_model``
+  one whose layers write in place (:mod:`racer_ref.speedups.kv_cache`); the loop only calls
+  ``cache.get_seq_length()``;
+* the drafter: a new one for this request alone, whose step (``draft``, ``observe``,
+  ``commit``) the loop calls directly, or the caller's ``drafter``, claimed for the call;
 * ``capacity="auto"``: the drafter is wrapped in an ``AdaptiveDrafter``
   (:mod:`racer_ref.speedups.capacity`) that chooses each step's capacity, seen by the loop
   as any drafter;
@@ -53,7 +56,9 @@ DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
 DEFAULT_CPU_CAPACITY = 16
 
 #: generate()'s keyword options and their defaults (each described on :class:`Options`):
-#: the one list of its parameters after ``model, tokenizer, prompt, max_new_tokens``.
+#: the one list of its parameters after ``model, tokenizer, prompt, max_new_tokens``. A drafter
+#: parameter's ``None`` means the drafter's default (:data:`DRAFTER_DEFAULTS`; the capacity
+#: depends on the device), or with ``drafter`` the drafter's own setting.
 OPTIONS: Dict[str, Any] = {
     "method": None, "capacity": None, "breadth": None, "ngram": None, "max_nodes": None, "backend": None,
     "temperature": 0.0, "top_p": 1.0, "eos_token_id": None, "stop": None, "streamer": None,
@@ -177,12 +182,12 @@ class Options:
       elsewhere, where a 64-node verify pass costs several one-token passes (a given
       ``drafter`` brings its own).
     - ``breadth``: k, the copy-logit table's top-k (in ``[1, vocab_size]``; default 8).
-    - ``ngram``, ``max_nodes``, ``backend``: passed to ``racer_ref.Drafter`` (``ngram >= 2``,
+    - ``ngram``, ``max_nodes``, ``backend``: passed to the drafter (``ngram >= 2``,
       ``max_nodes >= 1``; defaults: the paper's 10 and 10,000 from
       :mod:`racer_ref.reference.limits`, and ``"rust"``).
     - ``tree``: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
       with the most expected accepted tokens, docs/explanation/expected-tree.md), passed to
-      ``racer_ref.Drafter`` like the parameters above. For every drafter parameter ``None``
+      the drafter like the parameters above (the Rust core's or the twin's ``Drafter``). For every drafter parameter ``None``
       means the default, or with ``drafter`` the drafter's own setting: a value that
       contradicts it raises ``ValueError``, never ignored.
     - ``temperature``: 0 for greedy decoding (the default); a finite number >=
@@ -204,7 +209,8 @@ class Options:
     - ``seed``, ``generator``: randomness for sampling (a CPU ``torch.Generator`` wins over
       ``seed``, an int in ``[-2**63, 2**64)``); neither means torch's global generator.
     - ``cache``: an empty ``transformers.DynamicCache`` of full-attention layers to fill
-      (default: a new one whose layers grow in place, :mod:`racer_ref.speedups.kv_cache`).
+      (default: a new one; for a model prepared by ``speed_up_model``, one whose layers
+      write in place, :mod:`racer_ref.speedups.kv_cache`).
     - ``logits_processor``: transformers logits processors applied to every draft-tree node
       (``None``: those of the model's generation config, as ``model.generate``).
     - ``stopping_criteria``: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
@@ -220,8 +226,9 @@ class Options:
         max_new_tokens: at most this many new tokens.
         room: new tokens that fit in the model's context length (``inf`` without one).
         cache: the empty ``DynamicCache`` the prefill fills.
-        drafting: a context manager that holds the drafter for this call and gives the
-            loop what drafts each tree (``draft``, ``observe``, ``commit``).
+        drafting: a context manager that gives the loop what drafts each tree (``draft``,
+            ``observe``, ``commit``): a new drafter's step (nothing to hold: it is this
+            call's alone), or the caller's drafter, claimed for the call.
         k: top-k ids kept per verified logits row (the drafter's breadth; 0 for ``"ar"``).
         method: the drafting method, for the result.
         temperature, top_p, generator: sampling (``temperature == 0``: greedy).
@@ -588,12 +595,11 @@ def _given_cache(cache: Any) -> Any:
 
 def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
              a: Dict[str, Any]) -> Tuple[Any, int, str]:
-    """The drafting of this call (a context manager that holds the drafter and gives the loop
-    its step: ``draft``, ``observe``, ``commit``), the breadth ``k`` and the method.
+    """The drafting of this call (``Options.drafting``), the breadth ``k`` and the method.
 
     Usually a new drafter of the chosen backend is built for this request alone (the Rust
     core's or the twin's ``Drafter``, which checks the drafter parameters itself, naming
-    each), and the loop calls its step directly: no lock, no checks, no undo log. A given
+    each), and the loop calls its step directly: no lock, no checks, no undo kept. A given
     drafter, ``"ar"`` and ``capacity="auto"`` go through :func:`_checked_drafter`.
     """
     given = {name: a[name] for name in DRAFTER_DEFAULTS}
@@ -644,7 +650,7 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
             settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
             built = Drafter(method, vocab_size, **settings)
             auto = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
-            return claim(auto), settings["breadth"], method
+            return contextlib.nullcontext(auto), settings["breadth"], method  # this call's alone
     _check_drafter_settings(given, vocab_size)
     if drafter is None:
         for name in (n for n in DRAFTER_DEFAULTS if a[n] is not None):

@@ -198,9 +198,9 @@ class DraftTree:
         """The draft tree made of the nodes ``keep`` of this one, unchecked (:meth:`subtree` checks).
 
         The kept nodes stay in breadth-first order; the attention mask is the kept block
-        of this one (a node's ancestors are all kept) and parents are renumbered. The
-        verification loop uses it to clip a tree in depth
-        (``racer_ref.decoding.clip_draft_tree``, which builds ``keep`` itself)::
+        of this one (a node's ancestors are all kept) and parents are renumbered. (The
+        loop's depth clip, ``racer_ref.decoding.clip_draft_tree``, keeps a prefix of the
+        arrays and needs no renumbering.)::
 
             keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
                                         `-- 2 -- 4     ->      `-- 2 -- 4

@@ -1,8 +1,8 @@
-"""The verification loop: one forward pass over a draft tree, keep what the target agrees with.
+"""Verification: one forward pass over a draft tree, keep what the target agrees with.
 
 This is docs/explanation/spec.md steps 5 (verify), 6 (accept) and 7 (commit, the KV-cache half), plus
 the lossless acceptance rule of its "Sampling" section. It knows drafters only through the
-flat arrays of a :class:`~racer_ref.reference.draft_tree.DraftTree`. Read it top to bottom.
+flat arrays of a :class:`~racer_ref.tree.DraftTree`. Read it top to bottom.
 
 The picture for one step, with L tokens already in the KV cache and a 6-node draft tree::
 
@@ -55,7 +55,7 @@ def cache_keyword(model_class: type) -> str:
 
 
 def forward_prompt(model: torch.nn.Module, cache, prompt_ids: torch.Tensor) -> torch.Tensor:
-    """Prefill: run the prompt through the target with an empty cache (spec step 1).
+    """Prefill: run the prompt through the target with an empty cache (before spec step 1).
 
     Args:
         prompt_ids: ``(L,)`` int64 token ids on the model's device.

@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# name -> module of the twin that defines it
+# name -> module that defines it (the twin's, but DraftTree: the contract both backends return)
 _LAZY = {
     "Automaton": "racer_ref.reference.automaton",
     "CopyLogitTable": "racer_ref.reference.copy_logit",
-    "DraftTree": "racer_ref.reference.draft_tree",
+    "DraftTree": "racer_ref.tree",
     "build_draft_tree": "racer_ref.reference.draft_tree",
     "best_chain": "racer_ref.reference.chain",
     "Drafter": "racer_ref.reference.drafter",

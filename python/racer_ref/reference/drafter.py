@@ -1,7 +1,7 @@
 """Drafters, written to be read (twin of ``rust/src/drafter.rs``).
 
 Where it comes from: docs/explanation/spec.md steps 2-4 (drafting), 8 (copy-logit update) and 9
-(automaton update), plus the peers in "Peers to measure against".
+(automaton update), plus the peers in "Methods we compare against".
 
 A drafter turns "committed tokens + root" into a draft tree. Every method here returns the
 same ``DraftTree``, so the verification loop and the benchmarks can swap them freely:
@@ -286,8 +286,8 @@ class Drafter(NoCopy):
 
     # ----------------------------------------------------------------------------------
     # The step itself, for arguments already checked: the public methods above after
-    # their checks, and the decoding loop (through ``racer_ref.Drafter``'s claim), whose
-    # ids are the model's own. Like the Rust core's ``*_trusted``, nothing is checked here.
+    # their checks, and the decoding loop (through ``trusted_step()``), whose ids are the
+    # model's own. Like the Rust core's ``*_trusted``, nothing is checked here.
     # ----------------------------------------------------------------------------------
 
     def trusted_step(self, owned: bool = False) -> SimpleNamespace:

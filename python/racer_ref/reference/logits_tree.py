@@ -69,7 +69,7 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
             (node 0), possibly the retrieval tree too. It is modified in place through
             ``tree.is_full()``, ``tree.tokens`` and ``tree.offer(parent, token)`` (the
             Rust core's ``GrowInto`` trait).
-        table: a ``CopyLogitTable``; node ``v`` is expanded from ``table.row(v)``.
+        table: a ``CopyLogitTable``; node ``v`` is expanded from its row (``table.row_trusted(v)``).
         root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
 
     Everything was checked by the caller (``build_draft_tree`` or the drafter).
