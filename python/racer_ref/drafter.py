@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from threading import get_ident
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional, TypeVar
@@ -32,9 +33,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def check_backend(backend: Any) -> None:
-    """``ValueError`` naming ``backend`` unless it is one of :data:`BACKENDS`."""
-    if not (isinstance(backend, str) and backend in BACKENDS):
+    """``TypeError`` (not a string) or ``ValueError`` naming ``backend`` unless it is one of
+    :data:`BACKENDS`."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: must be a str, got {type(backend).__name__}")
+    if backend not in BACKENDS:
         raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
+
+
+class _ClaimToken:
+    """Held by a running ``Drafter.claim()`` only (a weak reference tells whether it runs)."""
 
 
 class DrafterInUseError(RuntimeError):
@@ -111,6 +119,7 @@ class Drafter(NoCopy):
 
     Raises:
         ValueError: unknown method or backend, or a parameter out of range.
+        TypeError: ``backend`` not a string (``None`` means ``"rust"``).
         TypeError: ``vocab_size`` missing, ``method`` not a string, or a parameter that is
             not an int (bool and float included). Both backends raise the same errors.
 
@@ -134,7 +143,8 @@ class Drafter(NoCopy):
     ``Drafter`` with the same settings instead.
     """
 
-    def __init__(self, *args: Any, backend: str = "rust", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, backend: Optional[str] = "rust", **kwargs: Any) -> None:
+        backend = "rust" if backend is None else backend  # None means the default, as for the others
         check_backend(backend)
         if backend == "rust":
             from racer_ref._core import Drafter as impl
@@ -161,6 +171,7 @@ class Drafter(NoCopy):
         self._lock = threading.RLock()
         self._owner: Optional[int] = None
         self._holder = ""
+        self._claim: Callable[[], Any] = lambda: None  # the live claim's token, or None
         # The step the decoding loop calls under its claim (see claim() below): the
         # backend's methods without the public methods' lock and checks.
         self._step = core_step(impl_) if backend == "rust" else impl_.trusted_step()
@@ -182,21 +193,30 @@ class Drafter(NoCopy):
                 claimed by this one).
         """
         me = threading.get_ident()
-        if self._owner == me:
+        # A claim this thread still holds is nested; one whose generator is gone is over, even
+        # if a Ctrl-C cut its clean-up short (the token below dies with the generator).
+        if self._owner == me and self._claim() is not None:
             raise DrafterInUseError(
                 f"Drafter: already in use by {self._holder}; one drafter serves one request "
                 "at a time (a callback or streamer calling generate() with the same drafter?)"
             )
         if not self._lock.acquire(False):
             raise self._in_use_error()
+        token = _ClaimToken()
         try:
+            self._claim = weakref.ref(token)
             self._holder = f"{by} in thread {threading.current_thread().name!r}"
             self._owner = me
             yield self
         finally:
-            self._owner = None
-            self._holder = ""
-            self._lock.release()
+            # Nested, so that a Ctrl-C landing on either line above the release still
+            # releases the lock (one landing before release() itself leaves it held by this
+            # thread, which re-enters it: other threads are refused until a new Drafter).
+            try:
+                self._owner = None
+                self._holder = ""
+            finally:
+                self._lock.release()
 
     def _in_use_error(self) -> DrafterInUseError:
         # _holder names a claim; a single method call of another thread leaves it empty.
@@ -413,17 +433,20 @@ def claim(drafter: Any, by: str = "generate()") -> Iterator[Any]:
     For a ``Drafter``: ``drafter.claim(by)``, then an object whose ``draft``, ``observe``
     and ``commit`` go straight to the backend, without the public methods' checks (the
     loop passes the model's own ids, its vocabulary checked at the boundary, and the
-    twin's roots as ints). The twin refuses a drafter that an interrupt left torn here,
-    once per request (an interrupt ends the request). Any other drafter (``None``, one
+    twin's roots as ints); for a subclass that overrides ``draft``, ``observe`` or
+    ``commit``, the drafter itself. The twin refuses a drafter that an interrupt left torn
+    here, once per request (an interrupt ends the request). Any other drafter (``None``, one
     that brings its own draft/observe/commit) is given as it is, unclaimed.
     """
     if not isinstance(drafter, Drafter):
         yield drafter
         return
+    # A subclass that overrides draft, observe or commit is stepped through them (under the claim).
+    overrides = any(getattr(type(drafter), name) is not getattr(Drafter, name) for name in ("draft", "observe", "commit"))
     with drafter.claim(by):
         if drafter.backend == "python":
             from racer_ref.reference.undo import check_intact
 
             impl = drafter._impl
             check_intact(impl, impl.automaton, impl.table)
-        yield drafter._step
+        yield drafter if overrides else drafter._step

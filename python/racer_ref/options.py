@@ -284,8 +284,8 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
     method = a["method"]
-    if method is not None and method not in METHODS:
-        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if method is not None and not (isinstance(method, str) and method in METHODS):
+        raise (ValueError if isinstance(method, str) else TypeError)(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", max_new_tokens, 0)
     if "temperature" in options or "top_p" in options:  # (the defaults, greedy, need no check)
         check_sampling_arguments(a["temperature"], a["top_p"])
@@ -309,7 +309,7 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
     stops = None if a["stop"] is None else _stop_strings(tokenizer, a["stop"], prompt_ids)
     cache = make_cache(model, a["cache"])
     generator = None if a["generator"] is None and a["seed"] is None else _generator(a["generator"], a["seed"])
-    if not isinstance(a["observe_rejected"], bool):
+    if not isinstance(a["observe_rejected"], (bool, np.bool_)):
         raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
     if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
         _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
@@ -326,7 +326,7 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
         drafting=drafting, k=min(int(k), vocab_size), method=method,
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
-        observe_rejected=a["observe_rejected"], processors=processors, eos=frozenset(eos), stops=stops,
+        observe_rejected=bool(a["observe_rejected"]), processors=processors, eos=frozenset(eos), stops=stops,
         stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],
     )
 
@@ -376,8 +376,8 @@ def _check_int(name: str, value: Any, low: int) -> None:
 def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
     """Validate ``prompt`` and return its token ids (batch size 1)."""
     if isinstance(prompt, str):
-        if tokenizer is None:
-            raise ValueError("prompt: a string prompt needs a tokenizer (or pass token ids)")
+        if not callable(tokenizer):
+            raise (TypeError if tokenizer is not None else ValueError)(f"prompt: a string prompt needs a tokenizer (or pass token ids), got tokenizer={type(tokenizer).__name__}")
         ids = list(tokenizer(prompt)["input_ids"])
     elif isinstance(prompt, list) and all(type(t) is int for t in prompt):
         ids = prompt  # a list of Python ints: nothing to convert
@@ -560,7 +560,7 @@ def make_cache(model: Any, cache: Any) -> Any:
         if type(layer) is not DynamicLayer:
             raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
     if cache is not None:
-        return _given_cache(cache)
+        return _given_cache(cache, len(layout.layers))
     if getattr(model, "racer_cpu_kernels", None) is not None:  # prepared by speed_up_model
         from racer_ref.speedups.kv_cache import growing_cache
 
@@ -573,9 +573,10 @@ UNSUPPORTED_LAYER = ("cache: layer type {} is not supported (sliding-window, lin
                      "layers cannot keep an accepted tree path); only full-attention DynamicLayer")
 
 
-def _given_cache(cache: Any) -> Any:
+def _given_cache(cache: Any, num_layers: int) -> Any:
     """The caller's ``cache``, after checking that it is an empty ``DynamicCache`` of
-    full-attention layers (plain, or writing in place)."""
+    full-attention layers (plain, or writing in place), one per layer of the model's
+    ``num_layers`` (or none yet: ``DynamicCache()`` makes them at the first forward pass)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
@@ -587,6 +588,8 @@ def _given_cache(cache: Any) -> Any:
         raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
     if cache.get_seq_length() != 0:
         raise ValueError("cache: must be empty; generate() prefills it with the prompt")
+    if cache.layers and len(cache.layers) != num_layers:
+        raise ValueError(f"cache: {len(cache.layers)} layers, the model has {num_layers}")
     for layer in cache.layers:
         if type(layer) not in (DynamicLayer, GrowingLayer):
             raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
@@ -606,7 +609,7 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
     if given["capacity"] is None and drafter is None:  # the device's default (a given drafter brings its own)
         given["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     method = "racer" if method is None and drafter is None else method
-    if drafter is not None or method == "ar" or given["capacity"] == "auto":
+    if drafter is not None or method == "ar" or isinstance(given["capacity"], str):  # "auto" (or a wrong kind)
         return _checked_drafter(model, drafter, vocab_size, method, given, a)
     settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
     backend = settings.pop("backend")
@@ -640,7 +643,7 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
     """
     from racer_ref.drafter import Drafter, claim
 
-    if given["capacity"] == "auto":
+    if isinstance(given["capacity"], str) and given["capacity"] == "auto":
         if drafter is not None:
             raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
         given["capacity"] = DEFAULT_GPU_CAPACITY  # the largest it may choose
@@ -653,6 +656,11 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
             return contextlib.nullcontext(auto), settings["breadth"], method  # this call's alone
     _check_drafter_settings(given, vocab_size)
     if drafter is None:
+        # "ar" builds no drafter: a throwaway twin checks the rest of the drafter rules (upper
+        # bounds, max_nodes >= ngram), with the messages every other method gives.
+        from racer_ref.reference.drafter import Drafter as Twin
+
+        Twin("racer", vocab_size, **{name: given[name] for name in ("capacity", "breadth", "ngram", "max_nodes", "tree")})
         for name in (n for n in DRAFTER_DEFAULTS if a[n] is not None):
             warnings.warn(f"{name}: {a[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
                           stacklevel=5)
@@ -676,17 +684,30 @@ def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
         raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
     if given["backend"] is not None:
         check_backend(given["backend"])
+    if given["tree"] is not None and not isinstance(given["tree"], str):
+        raise TypeError(f"tree: must be a str, got {type(given['tree']).__name__}")
     if given["tree"] is not None and given["tree"] not in TREES:
-        raise ValueError(f'tree: must be "expected" or "paper", got {given["tree"]!r}')
+        raise ValueError(f'tree: unknown tree {given["tree"]!r}; expected one of "expected", "paper"')
 
 
 def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:
     """The caller's ``drafter``, checked: it drafts, it fits the model's vocabulary, and no
-    parameter in ``given`` (``None``: not passed) contradicts its own setting."""
+    parameter in ``given`` (``None``: not passed) contradicts its own setting. A drafter
+    whose class racer_ref does not define comes back wrapped in a
+    :class:`racer_ref.wrappers.CheckedDrafter`, which checks each of its trees."""
+    if isinstance(drafter, type):
+        raise TypeError(f"drafter: expected a drafter, got the class {drafter.__name__} (build one first)")
+    if type(drafter).__module__ == "racer_ref._core":
+        raise TypeError("drafter: the Rust core's Drafter returns arrays; pass racer_ref.Drafter(..., "
+                        "backend=\"rust\"), which wraps it")
     missing = [name for name in ("draft", "observe", "commit") if not callable(getattr(drafter, name, None))]
     if missing:
         raise TypeError(f"drafter: expected a racer_ref.Drafter (draft, observe, commit), "
                         f"got {type(drafter).__name__} without {', '.join(missing)}")
+    own_breadth = getattr(drafter, "breadth", None)
+    if own_breadth is not None and (isinstance(own_breadth, bool) or not isinstance(own_breadth, (int, np.integer))
+                                    or not 1 <= own_breadth <= vocab_size):
+        raise ValueError(f"drafter: its breadth must be an int in [1, vocab_size = {vocab_size}], got {own_breadth!r}")
     if getattr(drafter, "vocab_size", vocab_size) != vocab_size:
         raise ValueError(f"drafter: built for vocab_size {drafter.vocab_size}, the model has {vocab_size}")
     for name, value in given.items():
@@ -698,4 +719,10 @@ def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:
                              "leave it out, or build the drafter with it")
         warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
                       "(the drafter decides)", stacklevel=5)
-    return drafter
+    from racer_ref.drafter import Drafter
+    from racer_ref.wrappers import CheckedDrafter
+
+    if isinstance(drafter, Drafter) or type(drafter).__module__.startswith("racer_ref."):
+        return drafter  # racer_ref's own drafters and wrappers build valid trees (a Drafter is claimed)
+
+    return CheckedDrafter(drafter, vocab_size)

@@ -6,6 +6,8 @@ through. It needs no hook in the verification loop: ``generate()`` commits ``roo
 accepted drafts`` to the drafter after each step (see the spec page, "One decoding step",
 step 9), so walking the last tree with those tokens finds the accepted path.
 
+* :class:`CheckedDrafter` checks every tree of a drafter of the caller's (``generate()``
+  wraps such a drafter in it).
 * :class:`StepRecorder` records every step (:class:`TraceStep`: tree, accepted path,
   committed tokens, wall time); ``racer_ref.harness.trace`` draws them.
 * ``racer_ref.speedups.capacity.AdaptiveDrafter`` chooses the capacity of every step.
@@ -19,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from racer_ref.tree import DraftTree
+from racer_ref.tree import DraftTree, tree_attention_mask
 
 
 @dataclass
@@ -149,6 +151,75 @@ class DrafterWrapper:
 
     def _on_timed(self, step: TraceStep) -> None:
         """Called once the step's wall time is known (at the next ``draft``)."""
+
+
+def _unverifiable(tree: DraftTree, vocab_size: int) -> str:
+    """What makes ``tree`` unfit for the loop, or ``""`` (see :class:`CheckedDrafter`)."""
+    try:
+        tokens, parents, depths = (np.asarray(a, dtype=np.int64) for a in (tree.tokens, tree.parents, tree.depths))
+        mask = np.asarray(tree.attention_mask, dtype=bool)
+    except (TypeError, ValueError) as error:
+        return f"arrays that are not integers ({error})"
+    n = tokens.shape[0] if tokens.ndim == 1 else 0
+    if n == 0 or parents.shape != (n,) or depths.shape != (n,):
+        return f"tokens, parents and depths of shapes {tokens.shape}, {parents.shape}, {depths.shape}"
+    if parents[0] != -1 or depths[0] != 0:
+        return "node 0 is not the root (parent -1, depth 0)"
+    if ((parents[1:] < 0) | (parents[1:] >= np.arange(1, n))).any():
+        return "a parent does not precede its child"
+    if (depths[1:] != depths[parents[1:]] + 1).any():
+        return "depths do not follow the parents"
+    if ((tokens < 0) | (tokens >= vocab_size)).any():
+        return f"a token outside [0, {vocab_size})"
+    if mask.shape != (n, n) or not np.array_equal(mask, tree_attention_mask(parents)):
+        return "an attention mask that is not the tree's"
+    return ""
+
+
+class CheckedDrafter:
+    """A drafter of the caller's whose every draft tree is checked before the target sees it.
+
+    ``generate()`` trusts the drafters of racer_ref; it wraps any other ``drafter=`` in this
+    class, so that a tree the loop cannot verify losslessly is a ``RuntimeError`` naming the
+    drafter, never a wrong output or an error deep in the model. Checked is what the loop
+    relies on: node 0 is the root (parent -1, depth 0), every other parent precedes its child,
+    depths follow the parents, tokens lie in ``[0, vocab_size)`` and the attention mask is
+    the tree's (``racer_ref.tree.tree_attention_mask``). Not checked (the loop does not need
+    them; :meth:`DraftTree.validate` checks them too): dtypes, breadth-first order, repeated
+    siblings, ``sources``. The arrays are read as int64 / bool.
+
+    Args:
+        inner: the caller's drafter (``draft``, ``observe``, ``commit``).
+        vocab_size: the model's vocabulary size: every token must lie in ``[0, vocab_size)``.
+    """
+
+    def __init__(self, inner: Any, vocab_size: int) -> None:
+        self.inner, self.vocab_size = inner, vocab_size
+
+    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
+        tree = self.inner.draft(root, last_topk=last_topk)
+        name = type(self.inner).__name__
+        if not isinstance(tree, DraftTree):
+            raise RuntimeError(f"drafter: {name}.draft() returned {type(tree).__name__}, not a racer_ref.tree.DraftTree")
+        problem = _unverifiable(tree, self.vocab_size)
+        if problem:
+            raise RuntimeError(f"drafter: {name}.draft() returned a tree the loop cannot verify: {problem}")
+        if int(tree.tokens[0]) != root:
+            raise RuntimeError(f"drafter: {name}.draft() returned a tree rooted at {int(tree.tokens[0])}, "
+                               f"expected {root}")
+        return tree
+
+    def observe(self, token_ids: Any, topk_ids: Any) -> None:
+        self.inner.observe(token_ids, topk_ids)
+
+    def commit(self, token_ids: Any) -> None:
+        self.inner.commit(token_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not found on the wrapper itself (method, breadth, ...).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 class StepRecorder(DrafterWrapper):

@@ -90,7 +90,7 @@ def choice_value(value: Any, arg: str, choices: Sequence[str], default: str) -> 
         raise TypeError(f"{arg}: must be a str, got {type(value).__name__}")
     if value not in choices:
         raise ValueError(f"{arg}: unknown {arg} {value!r}; expected one of " + ", ".join(f'"{c}"' for c in choices))
-    return value
+    return str(value)  # a str subclass (numpy's str_) as a plain str, as the Rust core reads it
 
 
 def check_token(arg: str, index: Optional[int], v: int) -> int:
