@@ -180,7 +180,8 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
             topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
             scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
             if processors is not None:  # every node with its own prefix: prompt + output + its path
-                scores = processors(torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=model.device), tree, logits)
+                committed_t = torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=model.device)
+                scores = processors(committed_t, tree, logits)
             if opts.temperature == 0:
                 predicted = None if processors is not None else argmax_from_topk(logits, topk_values, topk_ids)
                 accepted, next_root = accept_greedy(scores, tree, predicted)

@@ -442,7 +442,8 @@ def claim(drafter: Any, by: str = "generate()") -> Iterator[Any]:
         yield drafter
         return
     # A subclass that overrides draft, observe or commit is stepped through them (under the claim).
-    overrides = any(getattr(type(drafter), name) is not getattr(Drafter, name) for name in ("draft", "observe", "commit"))
+    overrides = any(getattr(type(drafter), name) is not getattr(Drafter, name)
+                    for name in ("draft", "observe", "commit"))
     with drafter.claim(by):
         if drafter.backend == "python":
             from racer_ref.reference.undo import check_intact

@@ -45,6 +45,9 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from racer_ref.drafter import Drafter, check_backend, claim, core_step
+from racer_ref.reference.drafter import TREES
+from racer_ref.reference.drafter import Drafter as Twin
 from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
 from racer_ref.tree import METHODS, DraftTree
 
@@ -187,9 +190,9 @@ class Options:
       :mod:`racer_ref.reference.limits`, and ``"rust"``).
     - ``tree``: ``"paper"`` (default: the paper's merge) or ``"expected"`` (the draft tree
       with the most expected accepted tokens, docs/explanation/expected-tree.md), passed to
-      the drafter like the parameters above (the Rust core's or the twin's ``Drafter``). For every drafter parameter ``None``
-      means the default, or with ``drafter`` the drafter's own setting: a value that
-      contradicts it raises ``ValueError``, never ignored.
+      the drafter like the parameters above (the Rust core's or the twin's ``Drafter``).
+      For every drafter parameter ``None`` means the default, or with ``drafter`` the
+      drafter's own setting: a value that contradicts it raises ``ValueError``, never ignored.
     - ``temperature``: 0 for greedy decoding (the default); a finite number >=
       :data:`MIN_TEMPERATURE` samples with the lossless rule.
     - ``top_p``: nucleus sampling threshold in ``(0, 1]`` (with ``temperature > 0``).
@@ -285,7 +288,8 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
         raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
     method = a["method"]
     if method is not None and not (isinstance(method, str) and method in METHODS):
-        raise (ValueError if isinstance(method, str) else TypeError)(f"method: expected one of {METHODS}, got {method!r}")
+        error = ValueError if isinstance(method, str) else TypeError
+        raise error(f"method: expected one of {METHODS}, got {method!r}")
     _check_int("max_new_tokens", max_new_tokens, 0)
     if "temperature" in options or "top_p" in options:  # (the defaults, greedy, need no check)
         check_sampling_arguments(a["temperature"], a["top_p"])
@@ -377,7 +381,8 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> List[int]:
     """Validate ``prompt`` and return its token ids (batch size 1)."""
     if isinstance(prompt, str):
         if not callable(tokenizer):
-            raise (TypeError if tokenizer is not None else ValueError)(f"prompt: a string prompt needs a tokenizer (or pass token ids), got tokenizer={type(tokenizer).__name__}")
+            raise (ValueError if tokenizer is None else TypeError)(
+                f"prompt: a string prompt needs a tokenizer (or token ids), got tokenizer={type(tokenizer).__name__}")
         ids = list(tokenizer(prompt)["input_ids"])
     elif isinstance(prompt, list) and all(type(t) is int for t in prompt):
         ids = prompt  # a list of Python ints: nothing to convert
@@ -614,17 +619,12 @@ def _drafter(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
     settings = {name: DRAFTER_DEFAULTS[name] if value is None else value for name, value in given.items()}
     backend = settings.pop("backend")
     if backend == "python":
-        from racer_ref.reference.drafter import Drafter as Twin
-
         step = Twin(method, vocab_size, **settings).trusted_step(owned=True)
     elif backend == "rust":
-        from racer_ref._core import Drafter as Core
-        from racer_ref.drafter import core_step
+        from racer_ref._core import Drafter as Core  # (imported here: a twin-only install has no Rust core)
 
         step = core_step(Core(method, vocab_size, **settings))
     else:
-        from racer_ref.drafter import check_backend
-
         check_backend(backend)  # raises: neither backend
     return contextlib.nullcontext(step), settings["breadth"], method
 
@@ -641,8 +641,6 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
     drafter a value that contradicts it (or one it has no such setting for) is refused,
     never ignored, and with ``"ar"`` (root-only trees) a drafter setting is named in a warning.
     """
-    from racer_ref.drafter import Drafter, claim
-
     if isinstance(given["capacity"], str) and given["capacity"] == "auto":
         if drafter is not None:
             raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
@@ -658,9 +656,7 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
     if drafter is None:
         # "ar" builds no drafter: a throwaway twin checks the rest of the drafter rules (upper
         # bounds, max_nodes >= ngram), with the messages every other method gives.
-        from racer_ref.reference.drafter import Drafter as Twin
-
-        Twin("racer", vocab_size, **{name: given[name] for name in ("capacity", "breadth", "ngram", "max_nodes", "tree")})
+        Twin("racer", vocab_size, **{n: given[n] for n in ("capacity", "breadth", "ngram", "max_nodes", "tree")})
         for name in (n for n in DRAFTER_DEFAULTS if a[n] is not None):
             warnings.warn(f"{name}: {a[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
                           stacklevel=5)
@@ -674,9 +670,6 @@ def _checked_drafter(model: Any, drafter: Any, vocab_size: int, method: Optional
 
 def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
     """Check each drafter parameter passed (``None``: not passed) for kind and range."""
-    from racer_ref.drafter import check_backend
-    from racer_ref.reference.drafter import TREES
-
     for name, low in (("capacity", 1), ("breadth", 1), ("ngram", 2), ("max_nodes", 1)):
         if given[name] is not None:
             _check_int(name, given[name], low)
@@ -719,7 +712,6 @@ def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:
                              "leave it out, or build the drafter with it")
         warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
                       "(the drafter decides)", stacklevel=5)
-    from racer_ref.drafter import Drafter
     from racer_ref.wrappers import CheckedDrafter
 
     if isinstance(drafter, Drafter) or type(drafter).__module__.startswith("racer_ref."):

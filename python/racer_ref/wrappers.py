@@ -200,7 +200,8 @@ class CheckedDrafter:
         tree = self.inner.draft(root, last_topk=last_topk)
         name = type(self.inner).__name__
         if not isinstance(tree, DraftTree):
-            raise RuntimeError(f"drafter: {name}.draft() returned {type(tree).__name__}, not a racer_ref.tree.DraftTree")
+            raise RuntimeError(f"drafter: {name}.draft() returned {type(tree).__name__}, "
+                               "not a racer_ref.tree.DraftTree")
         problem = _unverifiable(tree, self.vocab_size)
         if problem:
             raise RuntimeError(f"drafter: {name}.draft() returned a tree the loop cannot verify: {problem}")
