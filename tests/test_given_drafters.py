@@ -79,9 +79,9 @@ def test_a_good_tree_of_the_callers_gives_greedy_output(model, truth):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("depths", "depths do not follow the parents"),
-    ("mask", "an attention mask that is not the tree's"),
-    ("token", r"a token outside \[0, 128\)"),
+    ("depths", "depths are not consistent with parents"),
+    ("mask", "attention_mask row i is not exactly i and its ancestors"),
+    ("token", r"a token is outside \[0, 128\)"),
     ("parents", "a parent does not precede its child"),
     ("root", "rooted at"),
     ("tuple", r"tuple, not a racer_ref\.tree\.DraftTree"),
@@ -171,10 +171,10 @@ def test_the_facade_reads_backend_none_as_rust_and_refuses_other_kinds():
 
 @pytest.mark.parametrize("backend", ["rust", "python"])
 def test_a_claim_cut_short_in_its_clean_up_leaves_the_drafter_usable(model, backend):
-    """A Ctrl-C on the line that clears the claim's owner (a tracer raises it there)."""
+    """A Ctrl-C on the claim's clean-up line, before the lock is released (a tracer raises it there)."""
     d = racer_ref.Drafter("racer", vocab_size=VOCAB, capacity=16, backend=backend)
     claim_code = facade.Drafter.claim.__wrapped__.__code__
-    lines = [i for i, line in enumerate(open(facade.__file__), 1) if "self._owner = None" in line]
+    lines = [i for i, line in enumerate(open(facade.__file__), 1) if "self._lock.release()" in line]
     target = next(i for i in lines if claim_code.co_firstlineno < i)
 
     def local(frame, event, arg):

@@ -224,6 +224,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
 
 
 # help(generate) and inspect show every option with its default (the list lives in OPTIONS).
-generate.__signature__ = inspect.signature(generate).replace(parameters=[
-    *list(inspect.signature(generate).parameters.values())[:4],
+_signature = inspect.signature(generate)
+generate.__signature__ = _signature.replace(parameters=[  # type: ignore[attr-defined]
+    *list(_signature.parameters.values())[:4],  # model, tokenizer, prompt, max_new_tokens
     *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value) for name, value in OPTIONS.items())])

@@ -24,8 +24,6 @@ import numpy as np
 from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: racer_ref.drafter.METHODS)
 from racer_ref.reference.limits import NoCopy  # the twin's copy rule, one home (both backends refuse copies)
 
-_from_arrays = DraftTree.from_arrays
-
 #: The two implementations.
 BACKENDS = ("rust", "python")
 
@@ -41,8 +39,14 @@ def check_backend(backend: Any) -> None:
         raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
 
 
-class _ClaimToken:
-    """Held by a running ``Drafter.claim()`` only (a weak reference tells whether it runs)."""
+class _Claim:
+    """A running ``Drafter.claim()``: its thread and a name for messages. Only the claim's
+    generator holds it, so the drafter's weak reference to it dies with the claim, however
+    it ends (even if a Ctrl-C cuts its clean-up short)."""
+
+    def __init__(self, by: str) -> None:
+        self.thread = get_ident()
+        self.holder = f"{by} in thread {threading.current_thread().name!r}"
 
 
 class DrafterInUseError(RuntimeError):
@@ -62,7 +66,8 @@ def _one_caller(method: _F) -> _F:
 
     @functools.wraps(method)
     def guarded(self: "Drafter", *args: Any, **kwargs: Any) -> Any:
-        if self._owner == get_ident():
+        claim = self._claim()
+        if claim is not None and claim.thread == get_ident():
             return method(self, *args, **kwargs)
         lock = self._lock
         if not lock.acquire(False):
@@ -163,15 +168,13 @@ class Drafter(NoCopy):
             tree=str(impl_.tree),
         )
         # One caller at a time (see "Threads"): the lock is held for one method call, or
-        # for a whole claim(); _owner is the claiming thread's id, _holder names the claim.
-        # Never waited for (acquire(blocking=False)). An RLock: the claiming thread's own
-        # calls re-enter it; and if a Ctrl-C ever lands between acquire() and the `try`
-        # that releases it, the thread that pressed it (a notebook's only thread) can
-        # still use its drafter. A nested claim is refused by the _owner check.
+        # for a whole claim(); _claim() is the running claim (a _Claim), or None.
+        # Never waited for (acquire(blocking=False)). An RLock: if a Ctrl-C ever lands
+        # between acquire() and the `try` that releases it, the thread that pressed it (a
+        # notebook's only thread) can still use its drafter. A nested claim is refused by
+        # the _claim() check.
         self._lock = threading.RLock()
-        self._owner: Optional[int] = None
-        self._holder = ""
-        self._claim: Callable[[], Any] = lambda: None  # the live claim's token, or None
+        self._claim: Callable[[], Optional[_Claim]] = lambda: None
         # The step the decoding loop calls under its claim (see claim() below): the
         # backend's methods without the public methods' lock and checks.
         self._step = core_step(impl_) if backend == "rust" else impl_.trusted_step()
@@ -192,36 +195,28 @@ class Drafter(NoCopy):
             DrafterInUseError: the drafter is in use (by another thread, or already
                 claimed by this one).
         """
-        me = threading.get_ident()
-        # A claim this thread still holds is nested; one whose generator is gone is over, even
-        # if a Ctrl-C cut its clean-up short (the token below dies with the generator).
-        if self._owner == me and self._claim() is not None:
+        running = self._claim()
+        if running is not None and running.thread == get_ident():  # a claim inside this thread's own
             raise DrafterInUseError(
-                f"Drafter: already in use by {self._holder}; one drafter serves one request "
+                f"Drafter: already in use by {running.holder}; one drafter serves one request "
                 "at a time (a callback or streamer calling generate() with the same drafter?)"
             )
         if not self._lock.acquire(False):
             raise self._in_use_error()
-        token = _ClaimToken()
+        claim = _Claim(by)  # held here only: the weak reference below dies with this claim
         try:
-            self._claim = weakref.ref(token)
-            self._holder = f"{by} in thread {threading.current_thread().name!r}"
-            self._owner = me
+            self._claim = weakref.ref(claim)
             yield self
         finally:
-            # Nested, so that a Ctrl-C landing on either line above the release still
-            # releases the lock (one landing before release() itself leaves it held by this
-            # thread, which re-enters it: other threads are refused until a new Drafter).
-            try:
-                self._owner = None
-                self._holder = ""
-            finally:
-                self._lock.release()
+            # (A Ctrl-C landing just before this release leaves the lock with this thread,
+            # which re-enters it; other threads are refused until a new Drafter.)
+            self._lock.release()
 
     def _in_use_error(self) -> DrafterInUseError:
-        # _holder names a claim; a single method call of another thread leaves it empty.
+        # A claim names itself; a single method call of another thread leaves no claim.
+        running = self._claim()
         return DrafterInUseError(
-            f"Drafter: in use by {self._holder or 'a call from another thread'}; a drafter serves one "
+            f"Drafter: in use by {running.holder if running else 'a call from another thread'}; a drafter serves one "
             "request at a time (it holds that request's automaton, copy-logit table and "
             "history). Give each thread its own Drafter, or call it after that call returns."
         )
@@ -396,7 +391,7 @@ class Drafter(NoCopy):
             DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         tree = self._impl.draft(root, last_topk, capacity)
-        return _from_arrays(tree) if self._returns_tuple else tree
+        return DraftTree(*tree) if self._returns_tuple else tree
 
     @_one_caller
     def table_row(self, token: int) -> list[int]:

@@ -48,7 +48,7 @@ import torch
 from racer_ref.drafter import Drafter, check_backend, claim, core_step
 from racer_ref.reference.drafter import TREES
 from racer_ref.reference.drafter import Drafter as Twin
-from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM, choice_value
 from racer_ref.tree import METHODS, DraftTree
 
 #: The capacity on a GPU when ``capacity=None``: the paper's.
@@ -677,10 +677,7 @@ def _check_drafter_settings(given: Dict[str, Any], vocab_size: int) -> None:
         raise ValueError(f"breadth: expected an int in [1, vocab_size = {vocab_size}], got {given['breadth']!r}")
     if given["backend"] is not None:
         check_backend(given["backend"])
-    if given["tree"] is not None and not isinstance(given["tree"], str):
-        raise TypeError(f"tree: must be a str, got {type(given['tree']).__name__}")
-    if given["tree"] is not None and given["tree"] not in TREES:
-        raise ValueError(f'tree: unknown tree {given["tree"]!r}; expected one of "expected", "paper"')
+    choice_value(given["tree"], "tree", TREES, "paper")  # the twin's rule, one home
 
 
 def _given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:

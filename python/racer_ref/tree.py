@@ -112,16 +112,23 @@ class DraftTree:
                 children[parent].append(node)
         return children
 
-    def validate(self, vocab_size: Optional[int] = None) -> None:
+    def validate(self, vocab_size: Optional[int] = None, *, contract: bool = True) -> None:
         """Check every structural invariant; raise ``ValueError`` naming the first broken one.
 
         Checked: dtypes and shapes; root first with parent -1; ``parents[i] < i``;
         depths consistent with parents and non-decreasing (breadth-first); no two
         children of one node share a token (a trie); the attention mask row i is
         exactly i and its ancestors; one ``retrieve_indices`` row per leaf, leaves in
-        node order, each a root-to-leaf path padded with -1; sources in range; and,
-        when ``vocab_size`` is given, every token in ``[0, vocab_size)``.
+        node order, each a root-to-leaf path padded with -1 (when given: computed ones are
+        right by construction); sources in range; and, when ``vocab_size`` is given, every
+        token in ``[0, vocab_size)``.
         Not called on construction (the drafting hot path); tests and users call it.
+
+        With ``contract=False`` only what the verification loop relies on is checked: the
+        shapes of tokens, parents, depths and mask, the root's parent and depth, parents
+        before children, depths, tokens and the mask. Other integer dtypes, another order
+        with parents first, repeated siblings and any ``sources`` pass
+        (``racer_ref.wrappers.CheckedDrafter`` checks a caller's drafter so).
         """
         def fail(msg: str) -> None:
             raise ValueError(f"invalid DraftTree: {msg}")
@@ -129,20 +136,22 @@ class DraftTree:
         n = len(self)
         # dtypes and shapes first: the rest indexes with these arrays.
         for name, want in (("tokens", np.int64), ("parents", np.int64),
-                           ("depths", np.int64), ("retrieve_indices", np.int64),
+                           ("depths", np.int64), ("_retrieve_indices", np.int64),
                            ("attention_mask", np.bool_), ("sources", np.uint8)):
-            if getattr(self, name).dtype != want:
-                fail(f"{name} has dtype {getattr(self, name).dtype}, expected {np.dtype(want)}")
+            array = getattr(self, name)
+            if contract and array is not None and array.dtype != want:
+                fail(f"{name.lstrip('_')} has dtype {array.dtype}, expected {np.dtype(want)}")
         if n < 1:
             fail("no root")
-        for name in ("tokens", "parents", "depths", "sources"):
+        shaped = ("tokens", "parents", "depths", "sources") if contract else ("tokens", "parents", "depths")
+        for name in shaped:
             if getattr(self, name).shape != (n,):
                 fail(f"{name} has shape {getattr(self, name).shape}, expected ({n},)")
         if self.attention_mask.shape != (n, n):
             fail(f"attention_mask has shape {self.attention_mask.shape}, expected ({n}, {n})")
         parents, depths = self.parents, self.depths
         # The root: parent -1, depth 0, source root.
-        if parents[0] != -1 or depths[0] != 0 or self.sources[0] != SOURCE_ROOT:
+        if parents[0] != -1 or depths[0] != 0 or (contract and self.sources[0] != SOURCE_ROOT):
             fail("node 0 must be the root (parent -1, depth 0, source root)")
         idx = np.arange(n)
         # Every other node's parent precedes it.
@@ -151,13 +160,12 @@ class DraftTree:
         # Depth = parent's depth + 1, and breadth-first order never goes back up.
         if (depths[1:] != depths[parents[1:]] + 1).any():
             fail("depths are not consistent with parents")
-        if (np.diff(depths) < 0).any():
+        if contract and (np.diff(depths) < 0).any():
             fail("nodes are not in breadth-first order")
-        if ((self.sources[1:] < SOURCE_RETRIEVAL) | (self.sources[1:] > SOURCE_BOTH)).any():
+        if contract and ((self.sources[1:] < SOURCE_RETRIEVAL) | (self.sources[1:] > SOURCE_BOTH)).any():
             fail("a non-root node has source outside {1, 2, 3}")
         # A trie: (parent, token) pairs are unique.
-        pairs = set(zip(parents.tolist(), self.tokens.tolist()))
-        if len(pairs) != n:
+        if contract and len(set(zip(parents.tolist(), self.tokens.tolist()))) != n:
             fail("two children of one node carry the same token")
         if vocab_size is not None and ((self.tokens < 0) | (self.tokens >= vocab_size)).any():
             fail(f"a token is outside [0, {vocab_size})")
@@ -165,7 +173,7 @@ class DraftTree:
             fail("attention_mask row i is not exactly i and its ancestors")
         # retrieve_indices: one row per leaf (in node order), root to leaf, -1 padded. A tree
         # built without them computes them from parents and depths when read: nothing to check.
-        if self._retrieve_indices is None:
+        if not contract or self._retrieve_indices is None:
             return
         expected_paths = leaf_paths(parents, depths)
         if self.retrieve_indices.shape != expected_paths.shape:

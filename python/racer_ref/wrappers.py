@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from racer_ref.tree import DraftTree, tree_attention_mask
+from racer_ref.tree import DraftTree
 
 
 @dataclass
@@ -153,40 +153,16 @@ class DrafterWrapper:
         """Called once the step's wall time is known (at the next ``draft``)."""
 
 
-def _unverifiable(tree: DraftTree, vocab_size: int) -> str:
-    """What makes ``tree`` unfit for the loop, or ``""`` (see :class:`CheckedDrafter`)."""
-    try:
-        tokens, parents, depths = (np.asarray(a, dtype=np.int64) for a in (tree.tokens, tree.parents, tree.depths))
-        mask = np.asarray(tree.attention_mask, dtype=bool)
-    except (TypeError, ValueError) as error:
-        return f"arrays that are not integers ({error})"
-    n = tokens.shape[0] if tokens.ndim == 1 else 0
-    if n == 0 or parents.shape != (n,) or depths.shape != (n,):
-        return f"tokens, parents and depths of shapes {tokens.shape}, {parents.shape}, {depths.shape}"
-    if parents[0] != -1 or depths[0] != 0:
-        return "node 0 is not the root (parent -1, depth 0)"
-    if ((parents[1:] < 0) | (parents[1:] >= np.arange(1, n))).any():
-        return "a parent does not precede its child"
-    if (depths[1:] != depths[parents[1:]] + 1).any():
-        return "depths do not follow the parents"
-    if ((tokens < 0) | (tokens >= vocab_size)).any():
-        return f"a token outside [0, {vocab_size})"
-    if mask.shape != (n, n) or not np.array_equal(mask, tree_attention_mask(parents)):
-        return "an attention mask that is not the tree's"
-    return ""
-
-
 class CheckedDrafter:
     """A drafter of the caller's whose every draft tree is checked before the target sees it.
 
     ``generate()`` trusts the drafters of racer_ref; it wraps any other ``drafter=`` in this
     class, so that a tree the loop cannot verify losslessly is a ``RuntimeError`` naming the
     drafter, never a wrong output or an error deep in the model. Checked is what the loop
-    relies on: node 0 is the root (parent -1, depth 0), every other parent precedes its child,
-    depths follow the parents, tokens lie in ``[0, vocab_size)`` and the attention mask is
-    the tree's (``racer_ref.tree.tree_attention_mask``). Not checked (the loop does not need
-    them; :meth:`DraftTree.validate` checks them too): dtypes, breadth-first order, repeated
-    siblings, ``sources``. The arrays are read as int64 / bool.
+    relies on (:meth:`DraftTree.validate` with ``contract=False``: the root, parents before
+    children, depths, tokens in ``[0, vocab_size)``, the mask) and that the tree is rooted
+    at the step's root; the rest of the contract (dtypes, breadth-first order, a trie,
+    ``sources``) is not the loop's business.
 
     Args:
         inner: the caller's drafter (``draft``, ``observe``, ``commit``).
@@ -202,9 +178,11 @@ class CheckedDrafter:
         if not isinstance(tree, DraftTree):
             raise RuntimeError(f"drafter: {name}.draft() returned {type(tree).__name__}, "
                                "not a racer_ref.tree.DraftTree")
-        problem = _unverifiable(tree, self.vocab_size)
-        if problem:
-            raise RuntimeError(f"drafter: {name}.draft() returned a tree the loop cannot verify: {problem}")
+        try:
+            DraftTree(*(np.asarray(a) for a in (tree.tokens, tree.parents, tree.depths, tree.attention_mask)),
+                      None, np.asarray(tree.sources)).validate(self.vocab_size, contract=False)
+        except (TypeError, ValueError) as error:
+            raise RuntimeError(f"drafter: {name}.draft() returned a tree the loop cannot verify: {error}") from None
         if int(tree.tokens[0]) != root:
             raise RuntimeError(f"drafter: {name}.draft() returned a tree rooted at {int(tree.tokens[0])}, "
                                f"expected {root}")

@@ -73,7 +73,8 @@ def step_header(step: TraceStep) -> str:
     a = max(0, len(step.accepted) - 1)
     extra = f" · capacity {step.capacity}" if step.capacity is not None else ""
     ms = f" · {step.seconds * 1e3:.0f} ms" if step.seconds is not None else ""
-    return (f"step {step.step} · {len(step.tree)} node{'s' if len(step.tree) != 1 else ''}" + (f" ({counts})" if counts else "")
+    nodes = f"{len(step.tree)} node{'s' if len(step.tree) != 1 else ''}"
+    return (f"step {step.step} · {nodes}" + (f" ({counts})" if counts else "")
             + f" · accepted {a}{extra}{ms}")
 
 

@@ -48,7 +48,8 @@ from racer_ref.reference.limits import (
     int_value,
 )
 from racer_ref.reference.logits_tree import ADDED, MERGED, REPEATED, grow_logits_tree
-from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree, tree_attention_mask  # noqa: F401
+from racer_ref.tree import (SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT,  # noqa: F401
+                            DraftTree, tree_attention_mask)
 
 # The limits (MAX_CAPACITY, MAX_TOKEN_ID) and the checks live in ``limits``, as the Rust
 # core's lib.rs; ``build_draft_tree`` checks its arguments there once, and the builder

@@ -295,6 +295,7 @@ class Drafter(NoCopy):
         boundary): ``draft``, ``observe`` and ``commit`` without the checks, the ``*_trusted``
         methods. ``owned``: the drafter is one request's alone (``generate()`` without
         ``drafter=``) and an interrupt ends both, so a commit's undo log is dropped, not kept."""
+        # (owned: the commit writes its undo log into a fresh list that nobody plays back)
         commit = (lambda tokens: self._commit_logged(tokens.tolist(), [])) if owned else self.commit_trusted
         return SimpleNamespace(draft=self.draft_trusted, observe=self.observe_trusted, commit=commit)
 
