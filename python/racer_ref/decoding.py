@@ -26,8 +26,7 @@ from racer_ref.metrics import TIMING_KEYS, GenerationResult
 from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, OPTIONS, Options, resolve  # noqa: F401
 from racer_ref.sampling import sample, target_probs
 from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: the methods generate() accepts)
-from racer_ref.verify import (accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, forward_tree,
-                              keep_accepted)
+from racer_ref.verify import accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, keep_accepted
 
 
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -126,9 +125,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
     """
     clock = _Clock(model)
     opts = resolve(model, tokenizer, prompt, max_new_tokens, options)  # checked once, here; the loop trusts opts
-    clock.last = time.perf_counter()  # the checks count in "total" only
+    clock.last = time.perf_counter()  # the checks (and a model's first exactness probe) count in "total" only
     cache, k = opts.cache, opts.k
-    out = _Output(opts, model.device)
+    out = _Output(opts, opts.device)
     output = out.token_ids  # new tokens, the root of the next step last
     result = GenerationResult(token_ids=output, text=None, timings=clock.timings, method=opts.method)
     processors = opts.processors  # None: the raw logits are the target's scores
@@ -142,7 +141,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
         done = opts.max_new_tokens == 0
         if not done:
             # ---- prefill: the prompt fills the cache and predicts the first root ----------
-            prompt_t = torch.from_numpy(opts.prompt_ids).to(model.device)  # (P,)
+            prompt_t = torch.from_numpy(opts.prompt_ids).to(opts.device)  # (P,)
             logits = forward_prompt(model, cache, prompt_t)  # (P, vocab)
             if logits.shape[-1] > opts.vocab_size:  # every id the drafter gets must be < vocab_size
                 raise ValueError(f"model: {logits.shape[-1]} logits per position, more than its "
@@ -173,14 +172,14 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
             clock.lap("drafting")
             # ---- verify: one forward pass over the whole tree -------------------------------
             past_length = cache.get_seq_length()  # L = prompt + output - 1
-            logits = forward_tree(model, cache, tree)  # (n, vocab)
+            logits = opts.forward(model, cache, tree)  # (n, vocab): verify.forward_tree, unless the model needs chains
             clock.lap("forward", sync=True)
             # ---- accept ---------------------------------------------------------------------
             # Every node's top-k feeds the copy-logit table; the same top-k gives the argmax.
             topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
             scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
             if processors is not None:  # every node with its own prefix: prompt + output + its path
-                committed_t = torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=model.device)
+                committed_t = torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=opts.device)
                 scores = processors(committed_t, tree, logits)
             if opts.temperature == 0:
                 predicted = None if processors is not None else argmax_from_topk(logits, topk_values, topk_ids)

@@ -49,7 +49,9 @@ from racer_ref.drafter import Drafter, check_backend, claim, core_step
 from racer_ref.reference.drafter import TREES
 from racer_ref.reference.drafter import Drafter as Twin
 from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM, choice_value
+from racer_ref.exactness import make_plan
 from racer_ref.tree import METHODS, DraftTree
+from racer_ref.verify import forward_tree
 
 #: The capacity on a GPU when ``capacity=None``: the paper's.
 DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
@@ -66,7 +68,7 @@ OPTIONS: Dict[str, Any] = {
     "method": None, "capacity": None, "breadth": None, "ngram": None, "max_nodes": None, "backend": None,
     "temperature": 0.0, "top_p": 1.0, "eos_token_id": None, "stop": None, "streamer": None,
     "callback": None, "drafter": None, "observe_rejected": True, "seed": None, "generator": None,
-    "cache": None, "logits_processor": None, "stopping_criteria": None, "tree": None,
+    "cache": None, "logits_processor": None, "stopping_criteria": None, "tree": None, "probe": True,
 }
 
 #: generate()'s drafter parameters and their values when neither the caller nor a given
@@ -218,6 +220,10 @@ class Options:
       (``None``: those of the model's generation config, as ``model.generate``).
     - ``stopping_criteria``: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
       after every new token (transformers' ``StoppingCriteriaList`` fits).
+    - ``probe``: check once per model object, before its first verify pass, that a tree pass
+      gives the logits of sequential passes (:mod:`racer_ref.exactness`: a few small forward
+      passes, tens of milliseconds); a model that fails decodes with chain drafts or one token
+      a step, saying so once. ``False`` skips the check for a model known to pass.
 
     ``max_new_tokens`` is never exceeded, and prompt + output never exceed
     ``model.config.max_position_embeddings`` tokens, so no position id at or beyond it is
@@ -229,6 +235,9 @@ class Options:
         max_new_tokens: at most this many new tokens.
         room: new tokens that fit in the model's context length (``inf`` without one).
         cache: the empty ``DynamicCache`` the prefill fills.
+        device: where the inputs go (the model's execution device, also when offloaded).
+        forward: the verify pass, ``forward(model, cache, tree) -> (n, vocab)`` logits:
+            :func:`racer_ref.verify.forward_tree`, or what :mod:`racer_ref.exactness` plans.
         drafting: a context manager that gives the loop what drafts each tree (``draft``,
             ``observe``, ``commit``): a new drafter's step (nothing to hold: it is this
             call's alone), or the caller's drafter, claimed for the call.
@@ -247,6 +256,8 @@ class Options:
     max_new_tokens: int
     room: float
     cache: Any
+    device: torch.device
+    forward: Any
     drafting: Any
     k: int
     method: str
@@ -265,13 +276,8 @@ class Options:
 def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, options: Dict[str, Any]) -> Options:
     """Check every argument of :func:`racer_ref.generate` and resolve them into :class:`Options`.
 
-    Each argument is checked once, by the rule written at its parameter on :class:`Options`;
-    the checks of an option that is not given (``stop``, ``seed``, ``drafter``, ``cache`` ...)
-    do not run.
-
-    Args:
-        model, tokenizer, prompt, max_new_tokens: ``generate()``'s first four arguments.
-        options: its keyword options by name, as given (the others take :data:`OPTIONS`).
+    ``options``: the keyword options as given (the others take :data:`OPTIONS`). Each argument
+    is checked once, by the rule at its parameter on :class:`Options`; one not given is not.
 
     Raises:
         ValueError: a value out of range or contradicting another (a drafter parameter or
@@ -313,8 +319,9 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
     stops = None if a["stop"] is None else _stop_strings(tokenizer, a["stop"], prompt_ids)
     cache = make_cache(model, a["cache"])
     generator = None if a["generator"] is None and a["seed"] is None else _generator(a["generator"], a["seed"])
-    if not isinstance(a["observe_rejected"], (bool, np.bool_)):
-        raise TypeError(f"observe_rejected: expected a bool, got {type(a['observe_rejected']).__name__}")
+    for name in ("observe_rejected", "probe"):
+        if not isinstance(a[name], (bool, np.bool_)):
+            raise TypeError(f"{name}: expected a bool, got {type(a[name]).__name__}")
     if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
         _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
     processors = None  # plain decoding: the raw logits are the target's scores, no processor code runs
@@ -325,10 +332,17 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
     # call with this model only an SDPA model has something to do there).
     if model.device.type == "cpu" and not getattr(model, "racer_cpu_checked", False):
         _cpu_attention(model)
+    # How this model verifies exactly (racer_ref.exactness), planned again when what it depends on changes.
+    key = (model.dtype, model.device, getattr(model.config, "_attn_implementation", None), bool(a["probe"]),
+           id(getattr(model, "racer_cpu_kernels", None)), id(model.__dict__.get("forward")))
+    plan = getattr(model, "racer_plan", None)
+    if plan is None or plan.key != key:
+        plan = make_plan(model, vocab_size, key)  # a probe of a few small forward passes
+    drafting, forward = plan.apply(drafting) if plan.wraps else (drafting, forward_tree)
     return Options(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=max_new_tokens,
         room=(max_length if max_length is not None else math.inf) - len(prompt_ids), cache=cache,
-        drafting=drafting, k=min(int(k), vocab_size), method=method,
+        device=plan.device, forward=forward, drafting=drafting, k=min(int(k), vocab_size), method=method,
         temperature=a["temperature"], top_p=a["top_p"], generator=generator,
         observe_rejected=bool(a["observe_rejected"]), processors=processors, eos=frozenset(eos), stops=stops,
         stopping_criteria=a["stopping_criteria"], streamer=a["streamer"], callback=a["callback"],

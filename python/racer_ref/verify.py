@@ -102,7 +102,7 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
     Returns:
         ``(n, vocab)`` logits; row u predicts the token after node u on u's own path.
     """
-    device = model.device
+    device = cache.layers[0].keys.device  # the model's (also when accelerate offloads its weights)
     past_length = cache.get_seq_length()  # L
     tokens = torch.as_tensor(tree.tokens, device=device)  # (n,) int64
     depths = torch.as_tensor(tree.depths, device=device)  # (n,) int64
@@ -122,6 +122,20 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
         use_cache=True,
         **{cache_keyword(type(model)): cache},
     )  # logits (1, n, vocab)
+    return out.logits[0]  # (n, vocab)
+
+
+def forward_chain(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor:
+    """Verify a chain (each node the child of the one before, or the root alone) as
+    ``model.generate`` feeds tokens: no mask and no position ids, so the model takes both from
+    the cache length. Exact for models whose positions come from cache slots (ALiBi), where a
+    branching tree is not (:mod:`racer_ref.exactness`).
+
+    Returns:
+        ``(n, vocab)`` logits; row u predicts the token after node u.
+    """
+    tokens = torch.as_tensor(tree.tokens, device=cache.layers[0].keys.device)  # (n,) int64
+    out = model(input_ids=tokens[None], use_cache=True, **{cache_keyword(type(model)): cache})
     return out.logits[0]  # (n, vocab)
 
 
