@@ -152,3 +152,95 @@ def test_retrieval_proposer_reads_no_topk(hooked):
     p = rv.RacerRetrievalProposer(config())
     p.observe_logits(torch.zeros(1, VOCAB), None, None)
     assert not p.wants_topk and p._rows == []
+
+
+# ---- issue 32, item 6: one bad row (vLLM's -1 placeholder, an id >= vocab_size) -------------
+
+A = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5]
+B = [20, 21, 22, 23, 20, 21]
+
+
+def step(p, rows, logits=None, num_draft_tokens=None, draft_token_ids=None):
+    """One engine step on fake arrays: ``rows`` is ``[(request id, tokens, sampled), ...]``."""
+    batch = Batch(len(rows))
+    for row, (_, tokens, _) in enumerate(rows):
+        batch.set(row, tokens)
+    p.begin_step([rid for rid, _, _ in rows], set())
+    p.observe_logits(logits, num_draft_tokens, draft_token_ids)
+    return p.propose([sampled for _, _, sampled in rows], batch.num, batch.token_ids)
+
+
+def prefill_logits(top, width=VOCAB):
+    """One logits row per request, each with its own best token, the rest without ties."""
+    logits = torch.randn(len(top), width, generator=torch.Generator().manual_seed(0))
+    for row, token in enumerate(top):
+        logits[row, token] = 10.0
+    return logits
+
+
+def drafter_state(p, rid):
+    drafter, committed = p.drafters.get(rid)
+    return [committed, drafter.num_committed, drafter.automaton_nodes,
+            [drafter.table_row(t) for t in range(VOCAB)]]
+
+
+@pytest.mark.parametrize("bad", [-1, VOCAB])
+def test_a_bad_row_proposes_nothing_and_the_others_keep_their_drafts(hooked, bad):
+    with_bad, without = rv.RacerProposer(config(k=3)), rv.RacerProposer(config(k=3))
+    logits = prefill_logits([6, 22])
+    chains = step(with_bad, [("a", A, [5]), ("b", [20, 21, 22, bad], [bad])], logits)
+    alone = step(without, [("a", A, [5])], logits[:1])
+    assert alone == [[6, 7, 8]]
+    assert chains == [alone[0], []]
+    assert with_bad.stats["bad_rows"] == 1 and without.stats["bad_rows"] == 0
+    assert "b" not in with_bad.drafters  # nothing was built, observed or committed for it
+    assert with_bad.stats["proposals"] == 1 and with_bad.stats["observed_rows"] == 1
+
+
+@pytest.mark.parametrize("bad", [-1, VOCAB])
+def test_after_a_bad_step_a_request_goes_on_as_if_it_had_not_happened(hooked, bad):
+    """Request b's second step holds a bad id at its newest position (async scheduling's
+    placeholder, not yet filled in); its third step is good again. Its drafter is exactly
+    the drafter of a run whose second batch did not hold b at all."""
+    with_bad, without = rv.RacerProposer(config(k=3)), rv.RacerProposer(config(k=3))
+    for p in (with_bad, without):
+        step(p, [("a", A, [5]), ("b", B, [21])], prefill_logits([6, 22]))
+    before = drafter_state(with_bad, "b")
+    second = step(with_bad, [("a", A + [6], [6]), ("b", B + [bad], [bad])], prefill_logits([7, 0]))
+    alone = step(without, [("a", A + [6], [6])], prefill_logits([7]))
+    assert second == [alone[0], []] and with_bad.stats["bad_rows"] == 1
+    assert drafter_state(with_bad, "b") == before  # nothing committed or observed from it
+    rows = [("a", A + [6, 7], [7]), ("b", B + [22], [22])]
+    third = [step(p, rows, prefill_logits([8, 23])) for p in (with_bad, without)]
+    assert third[0] == third[1]
+    assert third[0][1] == [23, 20, 21]  # b's automaton knows 22 23 20 21 from its prompt
+    assert drafter_state(with_bad, "b") == drafter_state(without, "b")
+    assert drafter_state(with_bad, "b")[1] == len(B)  # B but its root (21) at first, the 21 now
+
+
+@pytest.mark.parametrize("where", ["draft -1", "top-k id == vocab_size"])
+def test_a_bad_verified_row_proposes_nothing_and_the_others_keep_their_drafts(hooked, where):
+    """The sampling step's side (observe_logits): row b's verified drafts hold vLLM's -1, or
+    the logits are wider than the vocabulary and b's top-1 is an id past it."""
+    with_bad, without = rv.RacerProposer(config(k=3)), rv.RacerProposer(config(k=3))
+    for p in (with_bad, without):
+        assert step(p, [("a", A, [5]), ("b", B, [21])], prefill_logits([6, 22])) == [[6, 7, 8], [22, 23, 20]]
+    b_before = drafter_state(with_bad, "b")
+    # a verified [6, 7, 8] and accepted them all (bonus 9); b verified three drafts, accepted none.
+    logits = prefill_logits([7, 8, 9, 6] + [30, 31, 32, 33], width=VOCAB + 1)
+    logits[:4, VOCAB] = -float("inf")  # a's rows never pick the id past the vocabulary
+    b_drafts = [22, 23, 20]
+    if where == "draft -1":
+        b_drafts = [-1, -1, -1]
+        logits[4:, VOCAB] = -float("inf")
+    else:
+        logits[4, VOCAB] = 100.0  # b's first verified position: top-1 is id VOCAB
+    rows = [("a", A + [6, 7, 8, 9], [6, 7, 8, 9]), ("b", B + [30], [30])]
+    chains = step(with_bad, rows, logits, [3, 3], torch.tensor([6, 7, 8] + b_drafts))
+    alone = step(without, rows[:1], logits[:4], [3], torch.tensor([6, 7, 8]))
+    assert chains == [alone[0], []]
+    assert len(alone[0]) == 3
+    assert with_bad.stats["bad_rows"] == 1 and without.stats["bad_rows"] == 0
+    assert with_bad.stats["misaligned"] == 0
+    assert drafter_state(with_bad, "a") == drafter_state(without, "a")
+    assert drafter_state(with_bad, "b") == b_before  # nothing observed or committed from b

@@ -6,7 +6,9 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 * ``Automaton``: the Rust Aho-Corasick n-gram automaton (``racer_ref._core``);
   its pure-Python twin is ``racer_ref.reference.Automaton``.
 * ``Drafter``, ``DraftTree``: the drafting side (automaton + copy-logit table + draft tree);
-  ``DrafterInUseError``: a drafter called by a second thread while in use.
+  ``DrafterInUseError``: a drafter called by a second thread while in use;
+  ``DrafterForkedError``: a drafter called in a forked child while another thread of the
+  parent was using it at the fork (``reset()`` makes it usable).
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
 * ``METHODS``: the drafting methods, ``"ar"`` (plain decoding) included.
 
@@ -45,6 +47,7 @@ _LAZY = {
     "Automaton": "racer_ref._core",
     "Drafter": "racer_ref.drafter",
     "DrafterInUseError": "racer_ref.drafter",
+    "DrafterForkedError": "racer_ref.drafter",
     "DraftTree": "racer_ref.tree",
     "generate": "racer_ref.decoding",
     "GenerationResult": "racer_ref.decoding",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 import weakref
 from threading import get_ident
@@ -54,6 +55,13 @@ class DrafterInUseError(RuntimeError):
     using it. One drafter serves one request at a time; see ``Drafter``, "Threads"."""
 
 
+class DrafterForkedError(RuntimeError):
+    """A ``Drafter`` was called in a child process forked while another thread of the
+    parent was using it. That thread does not exist in the child, so its request stopped
+    half-way there; the drafter refuses every call but ``reset()``, which makes it usable
+    (empty, as new). See ``Drafter``, "Fork"."""
+
+
 def _one_caller(method: _F) -> _F:
     """Run ``method`` only if no other thread is using the drafter; else refuse at once.
 
@@ -66,6 +74,9 @@ def _one_caller(method: _F) -> _F:
 
     @functools.wraps(method)
     def guarded(self: "Drafter", *args: Any, **kwargs: Any) -> Any:
+        # Cut off by a fork (see Drafter, "Fork"): everything but reset() is refused.
+        if self._forked is not None and method.__name__ != "reset":
+            raise self._forked_error()
         claim = self._claim()
         if claim is not None and claim.thread == get_ident():
             return method(self, *args, **kwargs)
@@ -143,6 +154,17 @@ class Drafter(NoCopy):
     settings (``method``, ``vocab_size``, ``capacity``, ``breadth``, ``ngram``,
     ``max_nodes``, ``backend``) and ``repr()`` can be read at any time.
 
+    Fork: in a child process made by ``os.fork()`` (``multiprocessing``'s ``"fork"``
+    start method included) only the thread that forked exists. A drafter that *another*
+    thread was using at that moment (a ``generate()`` call, or one method call) holds, in
+    the child, the state of a request that stopped half-way (on the ``"python"`` backend
+    possibly half a step). So the child gets that drafter unlocked but marked: every call
+    to it, ``generate(..., drafter=d)`` included, raises ``DrafterForkedError`` (a
+    ``RuntimeError``) naming the call that was cut off, until ``d.reset()``, which is
+    allowed and makes it usable again (empty, as new). Every other drafter stays exactly
+    as it was: one nobody was using, and one the forking thread itself is using (its call
+    goes on in the child).
+
     Copies: a drafter holds one request's state and its in-use lock, so ``copy.copy``,
     ``copy.deepcopy`` and ``pickle`` raise ``TypeError`` on both backends; build a new
     ``Drafter`` with the same settings instead.
@@ -175,6 +197,10 @@ class Drafter(NoCopy):
         # the _claim() check.
         self._lock = threading.RLock()
         self._claim: Callable[[], Optional[_Claim]] = lambda: None
+        # Who was using the drafter when this process was forked from its parent, or None
+        # (see "Fork" and _after_fork); set only in a child, cleared by reset().
+        self._forked: Optional[str] = None
+        _DRAFTERS.add(self)  # for the at-fork hook (weakly: the set keeps no drafter alive)
         # The step the decoding loop calls under its claim (see claim() below): the
         # backend's methods without the public methods' lock and checks.
         self._step = core_step(impl_) if backend == "rust" else impl_.trusted_step()
@@ -194,6 +220,8 @@ class Drafter(NoCopy):
         Raises:
             DrafterInUseError: the drafter is in use (by another thread, or already
                 claimed by this one).
+            DrafterForkedError: in a forked child, another thread of the parent was using
+                the drafter at the fork (see "Fork"); ``reset()`` first.
         """
         running = self._claim()
         if running is not None and running.thread == get_ident():  # a claim inside this thread's own
@@ -201,6 +229,8 @@ class Drafter(NoCopy):
                 f"Drafter: already in use by {running.holder}; one drafter serves one request "
                 "at a time (a callback or streamer calling generate() with the same drafter?)"
             )
+        if self._forked is not None:
+            raise self._forked_error()
         if not self._lock.acquire(False):
             raise self._in_use_error()
         claim = _Claim(by)  # held here only: the weak reference below dies with this claim
@@ -220,6 +250,28 @@ class Drafter(NoCopy):
             "request at a time (it holds that request's automaton, copy-logit table and "
             "history). Give each thread its own Drafter, or call it after that call returns."
         )
+
+    def _forked_error(self) -> DrafterForkedError:
+        return DrafterForkedError(
+            f"Drafter: this process was forked while {self._forked} was using this drafter; "
+            "that thread does not exist in this child process, so its request stopped half-way "
+            "and the drafter holds its unfinished state. Call reset() to make it usable again "
+            "(it empties the drafter), or build a new Drafter."
+        )
+
+    def _after_fork(self) -> None:
+        """In a forked child (the at-fork hook): if another thread was using the drafter
+        at the fork, give it a fresh lock and no claim, and mark it (see "Fork")."""
+        # The lock comes to the child as it was. Free, or held by this thread (the one that
+        # forked, whose call goes on here): acquire succeeds, and nothing changes.
+        if self._lock.acquire(False):
+            self._lock.release()
+            return
+        # Held by a thread that does not exist here: it will never be released.
+        running = self._claim()
+        self._forked = running.holder if running is not None else "a call from another thread"
+        self._lock = threading.RLock()
+        self._claim = lambda: None
 
     @property
     def method(self) -> str:
@@ -402,15 +454,34 @@ class Drafter(NoCopy):
     def reset(self) -> None:
         """Forget the automaton, the copy-logit table and the history.
 
+        Also the way back for a drafter cut off by a fork (see "Fork"): the only call such
+        a drafter accepts, after which it works again.
+
         Raises:
             DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         self._impl.reset()
+        self._forked = None  # after the reset: an interrupted reset leaves the mark
 
     def __repr__(self) -> str:
         # From the fixed settings only, so that repr() works while the drafter is in use.
         settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
         return f"Drafter({settings}, backend={self.backend!r})"
+
+
+#: Every ``Drafter`` alive in this process, for the at-fork hook below.
+_DRAFTERS: "weakref.WeakSet[Drafter]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork(after_in_child=...)``: runs in a forked child, in its only
+    thread; marks the drafters that another thread was using (``Drafter._after_fork``)."""
+    for drafter in list(_DRAFTERS):
+        drafter._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def core_step(core: Any) -> SimpleNamespace:

