@@ -9,14 +9,13 @@ output is neither constant nor a float near-tie.
 
 * :data:`ARCHITECTURES`: must return ``model.generate``'s tokens on a few prompts (seeded
   random ids, and one made of a repeated random chunk), each output varied (more than two
-  distinct tokens), with drafts accepted on at least one of them (trees really verified).
-* :data:`PENDING`: those of them that break today and are being fixed (issue 32): strict
-  xfail, so that the fix shows up as an XPASS (then empty the set).
+  distinct tokens), with drafts accepted on at least one of them (trees really verified),
+  in the mode :data:`CHAINS` says (``racer_ref.exactness``: trees unless listed there).
 * :data:`REFUSALS`: must raise ``ValueError`` matching the given pattern (naming the model
   or the cause), with no forward pass and no ``callback`` call.
-* :data:`BROKEN`: found by this sweep, kept neither way today (they run and diverge, or
-  fail after work has begun) and not being fixed yet: strict xfail on "exact tokens or a
-  refusal before any work".
+* :data:`PROBE_REFUSALS`: models that keep their own state instead of a KV cache: refused by
+  the exactness probe (a few forward passes of its own), naming the model, before the prompt
+  is decoded (no ``callback`` call).
 
 The doc table docs/reference/models.md ("Which families run trees, chains, or are refused")
 lists the same architectures: keep the two in step.
@@ -114,7 +113,7 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any]]] = {
     # A sliding_window that the config does not use (use_sliding_window=False): full attention.
     "qwen2-window-unused": ("Qwen2Config", "Qwen2ForCausalLM", dict(LLAMA_LIKE, use_sliding_window=False,
                                                                     sliding_window=8)),
-    # ALiBi (pending).
+    # ALiBi: chain drafts.
     "mpt-alibi": ("MptConfig", "MptForCausalLM", dict(d_model=64, n_heads=4, n_layers=2, expansion_ratio=2,
                                                       max_seq_len=POSITIONS)),
     "bloom-alibi": ("BloomConfig", "BloomForCausalLM", dict(hidden_size=64, n_layer=2, n_head=4)),
@@ -126,16 +125,26 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any]]] = {
     "phi3-longrope": ("Phi3Config", "Phi3ForCausalLM", dict(
         LLAMA_LIKE, max_position_embeddings=160, original_max_position_embeddings=40, sliding_window=None,
         rope_parameters=LONGROPE)),
+    # Found by this sweep to differ with trees; the probe sends them to chain drafts.
+    "gpt-neo-local": ("GPTNeoConfig", "GPTNeoForCausalLM", dict(
+        hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, attention_types=[[["global", "local"], 1]],
+        window_size=8, max_position_embeddings=POSITIONS)),
+    "bart-causal": ("BartConfig", "BartForCausalLM", dict(
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=POSITIONS)),
 }
+
+#: Architectures that decode with chain drafts, and why (in the plan's cause). ALiBi takes
+#: positions from cache slots (known from the config); GPT-Neo's local layers (window 8) and
+#: BartForCausalLM (whose forward takes no position ids) fail the probe's tree pass.
+CHAINS = {"mpt-alibi": "ALiBi", "bloom-alibi": "ALiBi", "falcon-alibi": "ALiBi",
+          "gpt-neo-local": "one-token passes", "bart-causal": "one-token passes"}
 
 #: name -> (seed, scale) where the defaults (0, :data:`SCALE`) give a (nearly) constant output.
 TUNED = {"phi": (1, 4.0), "nemotron": (0, 8.0)}
 
 #: Prompts of an architecture when not :data:`PROMPTS`.
 OWN_PROMPTS = {"phi3-longrope": ((1, 28, 50), (2, 28, 50), (-3, 28, 50))}
-
-#: Architectures that break today and are being fixed (issue 32): strict xfail until then.
-PENDING = {"mpt-alibi", "bloom-alibi", "falcon-alibi", "phi3-longrope"}
 
 SLIDING = "cache: layer type DynamicSlidingWindowLayer is not supported"
 LINEAR = "cache: layer type LinearAttention(AndFullAttention)?Layer is not supported"
@@ -196,29 +205,14 @@ REFUSALS: Dict[str, Tuple[str, str, Dict[str, Any], str]] = {
              "model: encoder-decoder models are not supported"),
 }
 
-#: Found by this sweep: models the promise (``model.generate``'s tokens, or a ``ValueError``
-#: before any work) does not hold for today, and that nobody is fixing yet. name ->
-#: (config class, model class, config keyword arguments, what goes wrong). Strict xfail:
-#: either a refusal or exact tokens makes it pass.
-BROKEN: Dict[str, Tuple[str, str, Dict[str, Any], str]] = {
-    "gpt-neo-local": ("GPTNeoConfig", "GPTNeoForCausalLM", dict(
-        hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, attention_types=[[["global", "local"], 1]],
-        window_size=8, max_position_embeddings=POSITIONS),
-        "runs and diverges silently: GPT-Neo's local layers (window_size 8) are not in the cache layout, "
-        "so they are not refused"),
-    "bart-causal": ("BartConfig", "BartForCausalLM", dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=POSITIONS),
-        "runs and diverges silently: BartForCausalLM's forward takes no position_ids (the tree's nodes get "
-        "positions in a row, not their depths)"),
+#: Models that keep their own state, not a KV cache: the exactness probe's passes fail, and
+#: the model is refused by name. name -> (config class, model class, config keyword arguments).
+PROBE_REFUSALS: Dict[str, Tuple[str, str, Dict[str, Any]]] = {
     "rwkv": ("RwkvConfig", "RwkvForCausalLM", dict(hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
-                                                   intermediate_size=128, context_length=POSITIONS),
-             "fails late, after a callback call: AttributeError in verify.keep_accepted (RWKV keeps its own "
-             "state, the DynamicCache stays empty)"),
+                                                   intermediate_size=128, context_length=POSITIONS)),
     "reformer": ("ReformerConfig", "ReformerModelWithLMHead", dict(
         is_decoder=True, hidden_size=64, attention_head_size=16, num_attention_heads=4, attn_layers=["local", "local"],
-        feed_forward_size=128, axial_pos_embds=False, max_position_embeddings=POSITIONS),
-        "fails late, after a callback call: AttributeError in verify.keep_accepted (Reformer keeps its own cache)"),
+        feed_forward_size=128, axial_pos_embds=False, max_position_embeddings=POSITIONS)),
 }
 
 
@@ -262,17 +256,12 @@ def prompt_of(seed: int, length: int) -> List[int]:
 def reference(model: torch.nn.Module, prompt: List[int], new: int) -> List[int]:
     """``model.generate(do_sample=False)``'s new tokens: the oracle."""
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False)
+        ids = torch.tensor([prompt])  # (the mask: generate would mask the pad id 0 out of the prompt)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False)
     return out[0, len(prompt):].tolist()
 
 
-def marked(names, pending, reason: str) -> List[Any]:
-    """``names`` as parameters, those in ``pending`` a strict xfail with ``reason``."""
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if name in pending else name
-            for name in names]
-
-
-@pytest.mark.parametrize("name", marked(ARCHITECTURES, PENDING, "issue 32: being fixed"))
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_greedy_equals_model_generate(name: str):
     model = architecture(name)
     cases = [(seed, prompt_of(seed, length), new) for seed, length, new in OWN_PROMPTS.get(name, PROMPTS)]
@@ -287,6 +276,11 @@ def test_greedy_equals_model_generate(name: str):
         results.append(result)
     # The drafts were accepted somewhere (the repeated chunk), so trees were really verified.
     assert any(a > 0 for r in results for a in r.accepted_lengths), f"{name}: no draft was ever accepted"
+    plan = model.racer_plan
+    assert plan.mode == ("chain" if name in CHAINS else "tree"), plan
+    assert name not in CHAINS or CHAINS[name] in plan.cause
+    if name == "phi3-longrope":
+        assert plan.switch == (40,) and plan.rebuild == 40
 
 
 @pytest.mark.parametrize("name", list(REFUSALS))
@@ -304,21 +298,10 @@ def test_refused_by_name_before_any_work(name: str):
     assert calls == [] and forwards == []
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=spec[3]))
-                                  for name, spec in BROKEN.items()])
-def test_promise_kept(name: str):
-    """Exactly model.generate's tokens, or a ValueError before any work."""
-    model = build(*BROKEN[name][:3])
-    prompt = prompt_of(-3, 28)
-    expected = reference(model, prompt, 40)
+@pytest.mark.parametrize("name", list(PROBE_REFUSALS))
+def test_models_without_a_kv_cache_are_refused_by_the_probe(name: str):
+    model = build(*PROBE_REFUSALS[name])
     calls: List[Any] = []
-    forwards: List[int] = []
-    hook = model.register_forward_pre_hook(lambda *a: forwards.append(1))
-    try:
-        result = generate(model, None, prompt, 40, callback=calls.append)
-    except ValueError:
-        assert calls == [] and forwards == []
-        return
-    finally:
-        hook.remove()
-    assert result.token_ids == expected
+    with pytest.raises(ValueError, match=f"model: {type(model).__name__} keeps no transformers KV cache"):
+        generate(model, None, prompt_of(-3, 28), 40, callback=calls.append)
+    assert calls == []

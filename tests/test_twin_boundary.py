@@ -115,6 +115,7 @@ def test_the_loop_refuses_a_torn_twin_before_any_work():
     import racer_ref
 
     model, prompt = _tiny(), [5, 6, 7, 8, 9] * 4
+    racer_ref.generate(model, None, prompt, max_new_tokens=1)  # the model's exactness probe, once per model
     d = racer_ref.Drafter("racer", vocab_size=128, capacity=16, backend="python")
     d._impl.automaton._torn = True  # as an interrupted rollback leaves it
     calls = []

@@ -288,6 +288,14 @@ def probe(model: Any, vocab_size: int, chain_only: bool = False) -> Tuple[float,
     with torch.inference_mode():
         try:
             forward_prompt(model, cache, prefix)
+        except Exception as error:  # (any failure of the model's own passes: refuse it, naming it)
+            raise ValueError(f"model: {name} failed a plain forward pass in racer-ref's exactness probe "
+                             f"({type(error).__name__}: {error})") from error
+        if not cache.layers or cache.get_seq_length() != len(prefix):
+            raise ValueError(f"model: {name} keeps no transformers KV cache (a DynamicCache stays empty after "
+                             "a forward pass: the model keeps its own state); racer-ref verifies draft trees "
+                             "against a KV cache")
+        try:
             path = [forward_chain(model, cache, DraftTree.root_only(int(tokens[u])))[0] for u in PROBE_PATH]
         except Exception as error:  # (any failure of the model's own passes: refuse it, naming it)
             raise ValueError(f"model: {name} failed a plain forward pass in racer-ref's exactness probe "

@@ -177,6 +177,7 @@ def racer_decoding(
     backend: Optional[str] = None,
     drafter: Any = None,
     observe_rejected: Optional[bool] = None,
+    probe: Optional[bool] = None,
     tokenizer: Any = None,
     **model_kwargs: Any,
 ) -> Any:
@@ -239,7 +240,7 @@ def racer_decoding(
     # The drafter settings given (None: racer_ref.generate's default, or the drafter's own).
     settings = {name: value for name, value in dict(
         method=method, capacity=capacity, breadth=breadth, ngram=ngram, max_nodes=max_nodes, backend=backend,
-        drafter=drafter, observe_rejected=observe_rejected).items() if value is not None}
+        drafter=drafter, observe_rejected=observe_rejected, probe=probe).items() if value is not None}
     cache = make_cache(model, None)  # kept for the output's past_key_values
     result = generate(
         model, prompt=input_ids[0], max_new_tokens=max_new_tokens,
