@@ -138,7 +138,7 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any]]] = {
 #: positions from cache slots (known from the config); GPT-Neo's local layers (window 8) and
 #: BartForCausalLM (whose forward takes no position ids) fail the probe's tree pass.
 CHAINS = {"mpt-alibi": "ALiBi", "bloom-alibi": "ALiBi", "falcon-alibi": "ALiBi",
-          "gpt-neo-local": "one-token passes", "bart-causal": "one-token passes"}
+          "gpt-neo-local": "the same path's", "bart-causal": "the same path's"}
 
 #: name -> (seed, scale) where the defaults (0, :data:`SCALE`) give a (nearly) constant output.
 TUNED = {"phi": (1, 4.0), "nemotron": (0, 8.0)}

@@ -117,58 +117,66 @@ def test_alibi_chain_drafts_are_accepted_and_announced_once(kind, caplog):
 
 
 def test_the_probe_alone_finds_a_slot_based_bias(monkeypatch, caplog):
-    """Without the config rule, the probe's tree pass differs from sequential passes on MPT
-    (relative error ~0.1, while exact models stay ~1e-6) and the chain passes it."""
+    """Without the config rule, the probe's tree pass gives MPT's off-path copies other logits
+    than the first path's (relative error ~0.1, while exact models stay ~1e-6) and the chain
+    probe passes it."""
     monkeypatch.setattr(exactness, "known_cause", lambda model: (None, (), None))
     model = alibi_model("mpt")
-    tree_error, chain_error, raised = exactness.probe(model, V)
-    assert tree_error > 1e-2 and chain_error < 1e-5 and raised == ""
+    tree_error, raised = exactness.probe_tree(model, V)
+    chain_error, chain_raised = exactness.probe_chain(model, V)
+    assert tree_error > 1e-2 and chain_error < 1e-5 and raised == chain_raised == ""
     with caplog.at_level(logging.WARNING, logger="racer_ref"):
         out = racer_ref.generate(model, None, prompts(1)[0], 40).token_ids
     assert out == greedy_reference(model, prompts(1)[0], 40)
-    assert model.racer_plan.mode == "chain" and "one-token passes" in model.racer_plan.cause
+    assert model.racer_plan.mode == "chain" and "the same path's" in model.racer_plan.cause
     assert any("MptForCausalLM" in r.getMessage() for r in caplog.records)
 
 
 def test_the_probe_catches_a_tree_pass_that_raises(monkeypatch):
     monkeypatch.setattr(exactness, "known_cause", lambda model: (None, (), None))
     model = alibi_model("bloom")
-    tree_error, chain_error, raised = exactness.probe(model, V)
-    assert tree_error == float("inf") and chain_error < 1e-5 and raised.startswith("ValueError")
+    tree_error, raised = exactness.probe_tree(model, V)
+    assert tree_error == float("inf") and raised.startswith("ValueError")
+    assert exactness.probe_chain(model, V) == (pytest.approx(0, abs=1e-5), "")
     assert racer_ref.generate(model, None, prompts(1)[0], 30).token_ids == greedy_reference(model, prompts(1)[0], 30)
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "qwen2"])
 def test_exact_models_pass_the_probe_with_float_rounding_only(kind):
     model = tiny_model(kind)
-    tree_error, chain_error, raised = exactness.probe(model, 128)
-    assert tree_error < 1e-5 and chain_error < 1e-5 and raised == ""
+    tree_error, raised = exactness.probe_tree(model, 128)
+    chain_error, chain_raised = exactness.probe_chain(model, 128)
+    assert tree_error < 1e-5 and chain_error < 1e-5 and raised == chain_raised == ""
     racer_ref.generate(model, None, [1, 2, 3], 4)
     plan = model.racer_plan
     assert plan.mode == "tree" and not plan.wraps and plan.cause is None and plan.seconds > 0
 
 
-def length_dependent_model() -> torch.nn.Module:
-    """A Llama whose logits depend on how many tokens a pass after the prefill holds (as a
-    broken kernel might): neither a tree nor a chain is exact there, one token a step is."""
+def slot_dependent_model() -> torch.nn.Module:
+    """A Llama whose logits, in every pass of several tokens but the prefill, shift with each
+    token's slot in the pass (as a broken kernel might): neither a tree nor a chain is exact
+    there, one token a step (and the prefill) is."""
     from transformers import LlamaForCausalLM
 
-    class LengthDependent(LlamaForCausalLM):
-        def forward(self, input_ids=None, cache=None, **kwargs):
-            out = super().forward(input_ids=input_ids, cache=cache, **kwargs)
-            if input_ids.shape[1] > 1 and cache is not None and cache.get_seq_length() > input_ids.shape[1]:
-                out.logits = out.logits + torch.linspace(0, 5, out.logits.shape[-1])
+    class SlotDependent(LlamaForCausalLM):
+        def forward(self, input_ids=None, cache=None, position_ids=None, **kwargs):
+            before = cache.get_seq_length() if cache is not None else 0
+            out = super().forward(input_ids=input_ids, cache=cache, position_ids=position_ids, **kwargs)
+            branching = position_ids is not None and len(set(position_ids[0].tolist())) < input_ids.shape[1]
+            if input_ids.shape[1] > 1 and (before > 0 or branching):
+                slots = torch.arange(input_ids.shape[1], dtype=out.logits.dtype)[:, None]  # (n, 1)
+                out.logits = out.logits + 0.5 * slots * torch.linspace(0, 1, out.logits.shape[-1])
             return out
 
     inner = tiny_model("llama")
-    model = LengthDependent(inner.config).eval()
+    model = SlotDependent(inner.config).eval()
     model.load_state_dict(inner.state_dict())
     model.generation_config = inner.generation_config
     return model
 
 
 def test_a_model_that_fails_tree_and_chain_runs_one_token_a_step(caplog):
-    model = length_dependent_model()
+    model = slot_dependent_model()
     with caplog.at_level(logging.WARNING, logger="racer_ref"):
         result = racer_ref.generate(model, None, REPEAT, 30)
     assert model.racer_plan.mode == "ar"

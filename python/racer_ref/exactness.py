@@ -20,15 +20,17 @@ give. Most transformers models honour it; some do not:
   (:class:`RopeSwitch`).
 
 :func:`make_plan` decides, once per model object (and again if its dtype, device, attention or
-CPU fast path change), with a **probe**: a prefill of a few tokens, one branching tree pass,
-and one-token passes along two of its paths; the tree pass must give each node the logits of
-the one-token passes (to :data:`TOLERANCE`). A model that fails it, or one with a known cause
-above, is checked the same way with a chain pass; then it decodes with chain drafts, or with
-one token a step when even a chain is not exact, and says so once in one line (a
-``racer_ref`` log warning). It costs 5 small forward passes (8 when the tree fails), about
-50 ms on a 2-core CPU for SmolLM2-135M (``benchmarks/probe_cost.py``); ``generate(...,
-probe=False)`` skips it for a model known to pass (the known causes above are still applied:
-they cost nothing). The families and what they run: docs/reference/models.md.
+forward change), with a **probe** of one forward pass (:func:`probe_tree`): a branching tree
+whose first path sits in slots equal to its positions, as in a plain decode, and whose last
+branch repeats that path's tokens 4 slots to the right; an exact pass gives the copies the
+same logits (to :data:`TOLERANCE`). A model that fails it, or one with a known cause above, is
+checked with a chain pass against one-token passes (:func:`probe_chain`, 5 passes); it then
+decodes with chain drafts, or one token a step when even a chain is not exact, and says so once
+in one line (a ``racer_ref`` log warning). A model that keeps no KV cache, or fails a plain
+pass, is refused by name. The one pass costs about 2.5% of a 128-token decode of SmolLM2-135M
+on a 2-core CPU (``benchmarks/probe_cost.py``); ``generate(..., probe=False)`` skips it for a
+model known to pass (the known causes above still apply: they cost nothing). The families and
+what they run: docs/reference/models.md.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from racer_ref.tree import DraftTree
+from racer_ref.tree import DraftTree, tree_attention_mask
 from racer_ref.verify import forward_chain, forward_prompt, forward_tree
 
 #: The largest relative logit error (``max |tree - sequential| / max |sequential|``) of an
@@ -53,11 +55,13 @@ TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.bfloat16: 5e-2, tor
 #: Model types whose attention bias comes from cache slots (ALiBi), not from position ids.
 ALIBI_MODEL_TYPES = frozenset({"bloom", "mpt"})
 
-#: The probe's tree: a root with four children, the last of which has a child. The last child
-#: and its child sit 3 slots right of their depth, where a slot-based bias goes wrong.
-PROBE_PARENTS = np.array([-1, 0, 0, 0, 0, 4], dtype=np.int64)
-#: The nodes checked against one-token passes: the root, the last child and its child.
-PROBE_PATH = [0, 4, 5]
+#: The probe's tree (:func:`probe_tree`), parents first: 4 prefix tokens in a row (nodes
+#: 0-3), the root (4), its first child A (5) and A's child B (6), two more children of the root
+#: (7, 8), and A' (9) and B' (10), copies of A and B under the root, 4 slots right of A and B.
+PROBE_PARENTS = np.array([-1, 0, 1, 2, 3, 4, 5, 4, 4, 4, 9], dtype=np.int64)
+PROBE_DEPTHS = np.array([0, 1, 2, 3, 4, 5, 6, 5, 5, 5, 6], dtype=np.int64)
+#: The first path's A and B, and their copies: their rows must be equal.
+PROBE_PATH, PROBE_COPIES = [5, 6], [9, 10]
 
 
 @dataclass
@@ -261,72 +265,88 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).abs().max() / want.abs().max().clamp_min(1e-6))
 
 
-def probe(model: Any, vocab_size: int, chain_only: bool = False) -> Tuple[float, float, str]:
-    """Compare a tree pass (and a chain pass) with one-token passes along a path.
+def _probe_ids(model: Any, vocab_size: int) -> Tuple[torch.Tensor, np.ndarray]:
+    """The probe's prefix (4 token ids, on the model's input device) and its tree's 6 tokens."""
+    ids = (np.arange(10, dtype=np.int64) * 7919 + 11) % vocab_size  # spread-out token ids
+    return torch.as_tensor(ids[:4], device=input_device(model)), ids[4:]
 
-    The prefix is 4 token ids, the tree :data:`PROBE_PARENTS` (6 nodes); the root, the last
-    child and its child (:data:`PROBE_PATH`) are also run one token a pass, and so is a chain
-    of the same three nodes. 5 forward passes in all (4 with ``chain_only``).
+
+def _plain_pass(model: Any, cache: Any, ids: torch.Tensor) -> torch.Tensor:
+    """A plain causal pass over ``ids`` (a prefill into the empty ``cache``, or one token
+    after it); a model that fails it, or keeps no KV cache, is refused by name."""
+    name = type(model).__name__
+    before = cache.get_seq_length() if cache.layers else 0
+    try:
+        logits = forward_prompt(model, cache, ids)  # (n, vocab)
+    except Exception as error:  # (any failure of the model's own passes: refuse it, naming it)
+        raise ValueError(f"model: {name} failed a plain forward pass in racer-ref's exactness probe "
+                         f"({type(error).__name__}: {error})") from error
+    if not cache.layers or cache.get_seq_length() != before + len(ids):
+        raise ValueError(f"model: {name} keeps no transformers KV cache (a DynamicCache stays empty after "
+                         "a forward pass: the model keeps its own state); racer-ref verifies draft trees "
+                         "against a KV cache")
+    return logits
+
+
+def probe_tree(model: Any, vocab_size: int) -> Tuple[float, str]:
+    """Does a branching tree pass give its nodes the logits of a plain decode? One pass.
+
+    The tree :data:`PROBE_PARENTS` from an empty cache: 4 prefix tokens, a root, then the
+    root's first child A and A's child B (the first path: slots equal positions, as in a plain
+    decode), two more children, and copies A', B' of A and B as the root's last child and its
+    child, 4 slots right of their positions. An exact tree pass gives A' and B' the rows of A
+    and B; a slot-based bias (ALiBi), positions taken from slots, a windowed mask or a model
+    that cannot take a 4-D mask do not. The model's own state is not touched (a cache of its own).
 
     Returns:
-        ``(tree_error, chain_error, raised)``: the largest relative logit error
-        (``max |got - want| / max |want|``) of the tree and the chain pass against the
-        one-token passes, ``inf`` for a pass that raised (``raised``: its error, else ``""``);
-        ``tree_error`` is ``nan`` with ``chain_only``. The model's own state is not touched
-        (a cache of its own).
-
-    Raises:
-        ValueError: naming the model, when even a prefill or a one-token pass fails.
+        ``(error, raised)``: the largest relative logit error (``max |copy - first path| /
+        max |first path|``), or ``inf`` and the error for a tree pass that raised.
     """
     from transformers import DynamicCache
 
-    device = input_device(model)
-    ids = (np.arange(12, dtype=np.int64) * 7919 + 11) % vocab_size  # spread-out token ids
-    prefix, tokens = torch.as_tensor(ids[:4], device=device), ids[4:4 + len(PROBE_PARENTS)]
+    prefix, tokens = _probe_ids(model, vocab_size)
     cache = DynamicCache(config=model.config)
-    name = type(model).__name__
+    marker = torch.empty(0, dtype=model.dtype, device=prefix.device)
+    for layer in cache.layers:  # empty, on the input device, where forward_tree places its inputs
+        layer.lazy_initialization(marker, marker)
+    ids = np.concatenate([prefix.cpu().numpy(), tokens[:5], tokens[1:3]])  # ..., r, A, B, c2, c3, A', B'
+    tree = DraftTree(ids, PROBE_PARENTS, PROBE_DEPTHS, tree_attention_mask(PROBE_PARENTS), None,
+                     np.zeros(len(ids), dtype=np.uint8))
     with torch.inference_mode():
         try:
-            forward_prompt(model, cache, prefix)
-        except Exception as error:  # (any failure of the model's own passes: refuse it, naming it)
-            raise ValueError(f"model: {name} failed a plain forward pass in racer-ref's exactness probe "
-                             f"({type(error).__name__}: {error})") from error
-        if not cache.layers or cache.get_seq_length() != len(prefix):
-            raise ValueError(f"model: {name} keeps no transformers KV cache (a DynamicCache stays empty after "
-                             "a forward pass: the model keeps its own state); racer-ref verifies draft trees "
-                             "against a KV cache")
+            logits = forward_tree(model, cache, tree)  # (11, vocab)
+        except Exception as error:  # e.g. Bloom's "too many values to unpack" on a 4-D mask
+            return float("inf"), f"{type(error).__name__}: {error}"
+    if cache.get_seq_length() != len(ids):  # a model that keeps its own state (the chain probe refuses it)
+        return float("inf"), "the pass left the KV cache empty"
+    return _relative_error(logits[PROBE_COPIES], logits[PROBE_PATH]), ""
+
+
+def probe_chain(model: Any, vocab_size: int) -> Tuple[float, str]:
+    """Does a chain pass give its nodes the logits of one-token passes? Five passes: a
+    4-token prefill, a root and two tokens one a pass, then the same three tokens as one chain
+    (:func:`racer_ref.verify.forward_chain`) on the cache cut back to the prefix. Run only
+    where trees are not exact. Returns ``(error, raised)`` as :func:`probe_tree`.
+
+    Raises:
+        ValueError: naming the model, when a plain pass fails or leaves no KV cache.
+    """
+    from transformers import DynamicCache
+
+    prefix, tokens = _probe_ids(model, vocab_size)
+    cache = DynamicCache(config=model.config)
+    path = tokens[:3]  # r, A, B
+    with torch.inference_mode():
+        _plain_pass(model, cache, prefix)
+        want = torch.cat([_plain_pass(model, cache, torch.as_tensor(path[i:i + 1], device=prefix.device))
+                          for i in range(len(path))])  # (3, vocab) one token a pass
+        truncate(cache, len(prefix))
+        chain = DraftTree(path, np.array([-1, 0, 1]), np.arange(3), tree_attention_mask(np.array([-1, 0, 1])), None,
+                          np.zeros(3, dtype=np.uint8))
         try:
-            path = [forward_chain(model, cache, DraftTree.root_only(int(tokens[u])))[0] for u in PROBE_PATH]
-        except Exception as error:  # (any failure of the model's own passes: refuse it, naming it)
-            raise ValueError(f"model: {name} failed a plain forward pass in racer-ref's exactness probe "
-                             f"({type(error).__name__}: {error})") from error
-        want = torch.stack(path)  # (3, vocab) the one-token rows of the root, the last child, its child
-        errors, raised = [], ""
-        for kind in (["chain"] if chain_only else ["tree", "chain"]):
-            truncate(cache, len(prefix))
-            if kind == "tree":
-                tree = _probe_tree(tokens)
-                rows = PROBE_PATH
-                forward = forward_tree
-            else:
-                tree = _probe_tree(tokens).subtree_trusted(np.asarray(PROBE_PATH))
-                rows = [0, 1, 2]
-                forward = forward_chain
-            try:
-                errors.append(_relative_error(forward(model, cache, tree)[rows], want))
-            except Exception as error:  # e.g. Bloom's "too many values to unpack" on a 4-D mask
-                errors.append(float("inf"))
-                raised = raised or f"{type(error).__name__}: {error}"
-    return (float("nan"), errors[0], raised) if chain_only else (errors[0], errors[1], raised)
-
-
-def _probe_tree(tokens: np.ndarray) -> DraftTree:
-    from racer_ref.tree import SOURCE_RETRIEVAL, tree_attention_mask
-
-    depths = np.array([0, 1, 1, 1, 1, 2], dtype=np.int64)
-    sources = np.full(len(PROBE_PARENTS), SOURCE_RETRIEVAL, dtype=np.uint8)
-    return DraftTree(np.asarray(tokens, dtype=np.int64), PROBE_PARENTS, depths,
-                     tree_attention_mask(PROBE_PARENTS), None, sources)
+            return _relative_error(forward_chain(model, cache, chain), want), ""
+        except Exception as error:
+            return float("inf"), f"{type(error).__name__}: {error}"
 
 
 def make_plan(model: Any, vocab_size: int, key: Tuple[Any, ...] = (), run_probe: Optional[bool] = None) -> Plan:
@@ -352,16 +372,17 @@ def make_plan(model: Any, vocab_size: int, key: Tuple[Any, ...] = (), run_probe:
     start = time.perf_counter()
     cause, switch, rebuild = known_cause(model)
     error = float("nan")
+    tolerance = TOLERANCE.get(model.dtype, 5e-2)
     if cause is None and run_probe:
-        error, chain_error, raised = probe(model, vocab_size)
-        if not error <= TOLERANCE.get(model.dtype, 5e-2):
-            what = f"raises {raised}" if raised else f"gives logits {error:.2g} (relative) away from one-token passes"
-            cause = f"a branching tree pass of {type(model).__name__} {what}"
-    elif cause is not None:
-        chain_error = probe(model, vocab_size, chain_only=True)[1] if run_probe else 0.0
+        error, raised = probe_tree(model, vocab_size)
+        if not error <= tolerance:
+            what = f"raises {raised}" if raised else f"gives off-path nodes logits {error:.2g} (relative) away from"
+            cause = f"a branching tree pass of {type(model).__name__} {what}" + ("" if raised else " the same path's")
+    # (the chain probe's plain passes also refuse, naming it, a model that cannot be decoded at all)
+    chain_error = probe_chain(model, vocab_size)[0] if cause is not None and run_probe else 0.0
     if cause is None:
         mode, notice = "tree", None  # (a LongRoPE switch is handled exactly, with trees: nothing to say)
-    elif chain_error <= TOLERANCE.get(model.dtype, 5e-2):
+    elif chain_error <= tolerance:
         mode, notice = "chain", f"{cause}: decoding with chain drafts (exact, fewer tokens per step than trees)"
     else:
         mode, notice = "ar", f"{cause}, nor does a chain: decoding one token a step (exact, no speed-up)"

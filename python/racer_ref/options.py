@@ -220,10 +220,10 @@ class Options:
       (``None``: those of the model's generation config, as ``model.generate``).
     - ``stopping_criteria``: ``criteria(ids (1, P + N), scores (1, vocab)) -> bool``, asked
       after every new token (transformers' ``StoppingCriteriaList`` fits).
-    - ``probe``: check once per model object, before its first verify pass, that a tree pass
-      gives the logits of sequential passes (:mod:`racer_ref.exactness`: a few small forward
-      passes, tens of milliseconds); a model that fails decodes with chain drafts or one token
-      a step, saying so once. ``False`` skips the check for a model known to pass.
+    - ``probe``: check once per model object, before its first verify pass, that a branching
+      tree pass is exact (:mod:`racer_ref.exactness`: one forward pass of 11 tokens); a model
+      that fails it decodes with chain drafts or one token a step, saying so once in one line.
+      ``False`` skips the check for a model known to pass.
 
     ``max_new_tokens`` is never exceeded, and prompt + output never exceed
     ``model.config.max_position_embeddings`` tokens, so no position id at or beyond it is
@@ -337,7 +337,7 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
            id(getattr(model, "racer_cpu_kernels", None)), id(model.__dict__.get("forward")))
     plan = getattr(model, "racer_plan", None)
     if plan is None or plan.key != key:
-        plan = make_plan(model, vocab_size, key)  # a probe of a few small forward passes
+        plan = make_plan(model, vocab_size, key)  # a probe of one forward pass
     drafting, forward = plan.apply(drafting) if plan.wraps else (drafting, forward_tree)
     return Options(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int64), vocab_size=vocab_size, max_new_tokens=max_new_tokens,
