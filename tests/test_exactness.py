@@ -320,3 +320,33 @@ def test_input_device_reads_the_hooks_and_the_device_map():
     model._hf_hook = Hook()
     assert exactness.input_device(model) == torch.device("cuda:1")
     tempfile.gettempdir()  # (tempfile imported for the offload folders above)
+
+
+# ----------------------------------------------------------------------------- the other entry points
+@pytest.mark.parametrize("kind", ["mpt", "bloom"])
+def test_alibi_models_through_auto_capacity_a_shared_drafter_and_custom_generate(alibi_models, kind):
+    """capacity="auto" profiles the chain passes these models run (a tree pass would raise on
+    Bloom), a shared drafter is wrapped like a fresh one, and model.generate(custom_generate=)
+    takes the same route."""
+    from racer_ref.integrations.hf import racer_decoding
+
+    model = alibi_models[kind]
+    want = greedy_reference(model, REPEAT, 40)
+    assert racer_ref.generate(model, None, REPEAT, 40, capacity="auto").token_ids == want
+    drafter = racer_ref.Drafter("racer", V, capacity=16)
+    assert racer_ref.generate(model, None, REPEAT, 40, drafter=drafter).token_ids == want
+    assert drafter.num_committed == len(REPEAT) + 40
+    ids = torch.tensor([REPEAT])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                         custom_generate=racer_decoding)
+    assert out[0, len(REPEAT):].tolist() == want
+
+
+def test_mpt_stops_at_its_context_length_max_seq_len():
+    """MPT names its context length max_seq_len: a decode stops there (stop_reason
+    "max_length"), as past it ALiBi has no bias to add, instead of failing mid-decode."""
+    model = alibi_model("mpt")  # max_seq_len 256
+    prompt = (REPEAT * 9)[:240]
+    result = racer_ref.generate(model, None, prompt, 50)
+    assert result.stop_reason == "max_length" and len(prompt) + len(result.token_ids) == 256
+    assert result.token_ids == greedy_reference(model, prompt, 16)

@@ -226,7 +226,7 @@ class Options:
       ``False`` skips the check for a model known to pass.
 
     ``max_new_tokens`` is never exceeded, and prompt + output never exceed
-    ``model.config.max_position_embeddings`` tokens, so no position id at or beyond it is
+    ``model.config.max_position_embeddings`` (MPT: ``max_seq_len``) tokens, so no position id at or beyond it is
     ever fed (draft trees are clipped in depth to fit; ``stop_reason="max_length"``).
 
     Attributes:
@@ -301,7 +301,7 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
         check_sampling_arguments(a["temperature"], a["top_p"])
     vocab_size = int(config.vocab_size)
     prompt_ids = _prompt_ids(tokenizer, prompt, vocab_size)
-    max_length = getattr(config, "max_position_embeddings", None)
+    max_length = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None)  # (MPT)
     if max_length is not None and len(prompt_ids) >= max_length:
         raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
     generation_config = getattr(model, "generation_config", None)  # what model.generate reads

@@ -105,25 +105,26 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
         return dict(_PROFILES[key])
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     vocab = int(config.vocab_size)
-    max_len = getattr(config, "max_position_embeddings", None) or 10**9
+    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None) or 10**9
     prefix_length = max(1, min(prefix_length, max_len - max(sizes) - 1))
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     rng = np.random.default_rng(0)
     trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
+    forward = _verify_pass(model)
     samples: Dict[int, List[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
         cache = make_cache(model, None)  # the kind of cache generate() uses for this model
         prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
         forward_prompt(model, cache, prompt)
         for n in sizes:  # warm-up: one untimed pass per size (allocator, kernels)
-            _pass(model, cache, trees[n], prefix_length, 8)
+            _pass(forward, model, cache, trees[n], prefix_length, 8)
         # Rounds over all sizes, so that a burst of load from other processes hits every
         # size alike instead of spoiling one.
         for _ in range(repeats):
             for n in sizes:
                 sync()
                 tic = time.perf_counter()
-                _pass(model, cache, trees[n], prefix_length, 8)
+                _pass(forward, model, cache, trees[n], prefix_length, 8)
                 sync()
                 samples[n].append(time.perf_counter() - tic)
     # Other processes can only add time, so the fastest round is the least disturbed one.
@@ -144,10 +145,21 @@ def _kernel_state(model: Any) -> Any:
     return (handle.enabled, repr(handle.choice), fast is not None and fast.enabled)
 
 
-def _pass(model: Any, cache: Any, tree: DraftTree, prefix_length: int, k: int) -> None:
-    from racer_ref.verify import forward_tree
+def _verify_pass(model: Any) -> Any:
+    """The verify pass that ``generate()`` runs on ``model``: ``forward_tree``, or for a model
+    that decodes with chains (:mod:`racer_ref.exactness`: ALiBi, or a failed probe)
+    ``forward_chain``, which is also the one such a model can run at all (Bloom cannot take a
+    tree's 4-D mask)."""
+    from racer_ref.exactness import known_cause
+    from racer_ref.verify import forward_chain, forward_tree
 
-    logits = forward_tree(model, cache, tree)  # (n, vocab)
+    plan = getattr(model, "racer_plan", None)
+    chains = known_cause(model)[0] is not None or (plan is not None and plan.mode != "tree")
+    return forward_chain if chains else forward_tree
+
+
+def _pass(forward: Any, model: Any, cache: Any, tree: DraftTree, prefix_length: int, k: int) -> None:
+    logits = forward(model, cache, tree)  # (n, vocab)
     logits.topk(k, dim=-1).indices.cpu()
     logits.argmax(dim=-1).tolist()
     for layer in cache.layers:  # drop the tree again: back to the prefix only
