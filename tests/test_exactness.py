@@ -350,3 +350,14 @@ def test_mpt_stops_at_its_context_length_max_seq_len():
     result = racer_ref.generate(model, None, prompt, 50)
     assert result.stop_reason == "max_length" and len(prompt) + len(result.token_ids) == 256
     assert result.token_ids == greedy_reference(model, prompt, 16)
+
+
+def test_a_longrope_model_that_needs_chains_keeps_the_switch(monkeypatch):
+    """A plan of chains on a LongRoPE model still never straddles the switch."""
+    real = exactness.known_cause
+    monkeypatch.setattr(exactness, "probe_tree", lambda model, vocab: (float("inf"), "RuntimeError: forced"))
+    model = longrope_model()
+    for prompt in prompts(3):
+        assert racer_ref.generate(model, None, prompt, 50).token_ids == greedy_reference(model, prompt, 50)
+    plan = model.racer_plan
+    assert plan.mode == "chain" and plan.switch == (SWITCH,) and real(model)[1] == (SWITCH,)

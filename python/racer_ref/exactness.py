@@ -71,7 +71,7 @@ class Plan:
     Attributes:
         mode: ``"tree"`` (draft trees, the paper's), ``"chain"`` (the first path of each tree)
             or ``"ar"`` (one token a step).
-        cause: why not trees (``None`` for ``"tree"``), or what a tree mode works around.
+        cause: why not trees (``None`` for ``"tree"``).
         switch: position ids at which the rotary factors switch or ``generate`` rebuilds the
             cache (LongRoPE); no verify pass reaches one of them from below. Empty otherwise.
         rebuild: the cache length at which ``model.generate`` drops and recomputes the cache
@@ -108,10 +108,14 @@ class Plan:
             ``(drafting, forward)``: ``drafting`` wrapped so that its trees fit this plan, and
             ``forward(model, cache, tree) -> (n, vocab) logits`` to verify them with.
         """
-        if self.mode == "tree":
-            switch = RopeSwitch(self.switch, self.rebuild)
-            return _wrapped(drafting, switch.wrap), switch.forward
-        return _wrapped(drafting, lambda step: ChainStep(step, self.mode == "ar")), forward_chain
+        def wrap(step: Any) -> Any:
+            return step if self.mode == "tree" else ChainStep(step, root_only=self.mode == "ar")
+
+        forward = forward_tree if self.mode == "tree" else forward_chain
+        if not self.switch:
+            return _wrapped(drafting, wrap), forward
+        switch = RopeSwitch(self.switch, self.rebuild, forward)  # (chains too must not straddle a switch)
+        return _wrapped(drafting, lambda step: switch.wrap(wrap(step))), switch.forward
 
 
 @contextlib.contextmanager
@@ -158,8 +162,9 @@ class RopeSwitch:
     exactly the tokens in the KV cache); ``forward`` is the loop's forward pass.
     """
 
-    def __init__(self, switch: Tuple[int, ...], rebuild: Optional[int]) -> None:
-        self.switch, self.rebuild = switch, rebuild
+    def __init__(self, switch: Tuple[int, ...], rebuild: Optional[int],
+                 inner: Callable[..., torch.Tensor] = forward_tree) -> None:
+        self.switch, self.rebuild, self.inner = switch, rebuild, inner  # inner: the plan's verify pass
         self.cached: List[int] = []  # the token ids in the KV cache, oldest first
 
     def wrap(self, step: Any) -> "RopeSwitch":
@@ -185,7 +190,7 @@ class RopeSwitch:
 
     def forward(self, model: Any, cache: Any, tree: DraftTree) -> torch.Tensor:
         if cache.get_seq_length() != self.rebuild:
-            return forward_tree(model, cache, tree)
+            return self.inner(model, cache, tree)
         device = cache.layers[0].keys.device
         truncate(cache, 0)  # as generate: the whole sequence again, in one pass from an empty cache
         ids = torch.tensor(self.cached + [int(tree.tokens[0])], device=device)  # (L + 1,)
