@@ -135,10 +135,11 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any]]] = {
 }
 
 #: Architectures that decode with chain drafts, and why (in the plan's cause). ALiBi takes
-#: positions from cache slots (known from the config); GPT-Neo's local layers (window 8) and
-#: BartForCausalLM (whose forward takes no position ids) fail the probe's tree pass.
+#: positions from cache slots, and a tree mask replaces the window of GPT-Neo's local layers
+#: (both known from the config); BartForCausalLM (whose forward takes no position ids) fails
+#: the probe's tree pass.
 CHAINS = {"mpt-alibi": "ALiBi", "bloom-alibi": "ALiBi", "falcon-alibi": "ALiBi",
-          "gpt-neo-local": "the same path's", "bart-causal": "the same path's"}
+          "gpt-neo-local": "local attention layers", "bart-causal": "the same path's"}
 
 #: name -> (seed, scale) where the defaults (0, :data:`SCALE`) give a (nearly) constant output.
 TUNED = {"phi": (1, 4.0), "nemotron": (0, 8.0)}

@@ -361,3 +361,112 @@ def test_a_longrope_model_that_needs_chains_keeps_the_switch(monkeypatch):
         assert racer_ref.generate(model, None, prompt, 50).token_ids == greedy_reference(model, prompt, 50)
     plan = model.racer_plan
     assert plan.mode == "chain" and plan.switch == (SWITCH,) and real(model)[1] == (SWITCH,)
+
+
+# ----------------------------------------------------------------------------- found by a hostile trial
+def _build(config_class: str, model_class: str, seed: int = 0, **kwargs) -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(vocab_size=V, bos_token_id=None, eos_token_id=None, **kwargs)
+    return _scaled(getattr(transformers, model_class)(config))
+
+
+def test_gpt_neo_local_layers_run_chains_whatever_the_window():
+    """Real GPT-Neo checkpoints alternate global and local layers (window 256): the probe's 11
+    tokens fit in any window, so the config tells; past the window chains stay exact."""
+    model = _build("GPTNeoConfig", "GPTNeoForCausalLM", hidden_size=64, num_layers=2, num_heads=4,
+                   intermediate_size=128, attention_types=[[["global", "local"], 1]], window_size=16,
+                   max_position_embeddings=256, pad_token_id=0)
+    for prompt in prompts(3):
+        assert racer_ref.generate(model, None, prompt, 30).token_ids == greedy_reference(model, prompt, 30)
+    assert model.racer_plan.mode == "chain" and "local attention layers (window_size 16)" in model.racer_plan.cause
+
+
+def test_roberta_decoders_get_positions_counted_from_zero_as_generate_gives_them():
+    """RoBERTa counts its own positions from padding_idx + 1; generate passes 0-based ones, and
+    so does every pass of racer_ref (the prefill included)."""
+    model = _build("RobertaConfig", "RobertaForCausalLM", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=128, max_position_embeddings=258, is_decoder=True,
+                   pad_token_id=1)
+    for prompt in [[t if t > 2 else 5 for t in p] for p in (REPEAT, prompts(2)[1])]:
+        want = greedy_reference(model, prompt, 30)
+        assert racer_ref.generate(model, None, prompt, 30).token_ids == want
+        assert racer_ref.generate(model, None, prompt, 30, method="ar").token_ids == want
+
+
+@pytest.mark.parametrize("order", ["longrope-first", "longrope-last"])
+def test_longrope_in_one_layer_type_is_found_in_any_order(order):
+    rope = {"full_attention": dict(rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=SWITCH,
+                                   short_factor=[1.0 + 0.1 * i for i in range(8)],
+                                   long_factor=[2.0 + 0.3 * i for i in range(8)]),
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}
+    if order == "longrope-last":
+        rope = dict(reversed(list(rope.items())))
+    model = _build("Gemma3TextConfig", "Gemma3ForCausalLM", hidden_size=64, intermediate_size=128,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   max_position_embeddings=160, layer_types=["full_attention", "full_attention"],
+                   sliding_window=4096, rope_parameters=rope, pad_token_id=0)
+    for prompt in prompts(3):
+        assert racer_ref.generate(model, None, prompt, 40).token_ids == greedy_reference(model, prompt, 40)
+    assert model.racer_plan.switch == (SWITCH,)
+
+
+def test_a_phi3_subclass_keeps_the_cache_rebuild():
+    from transformers import Phi3ForCausalLM
+
+    class MyPhi3(Phi3ForCausalLM):
+        def prepare_inputs_for_generation(self, *args, **kwargs):
+            return super().prepare_inputs_for_generation(*args, **kwargs)
+
+    base = longrope_model()
+    model = MyPhi3(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    model.generation_config = base.generation_config
+    for prompt in prompts(3):
+        assert racer_ref.generate(model, None, prompt, 50).token_ids == greedy_reference(model, prompt, 50)
+    assert model.racer_plan.rebuild == SWITCH
+
+
+def test_auto_capacity_on_an_offloaded_model_and_on_a_model_without_a_kv_cache():
+    accelerate = pytest.importorskip("accelerate")
+    model = tiny_model("llama")
+    want = greedy_reference(model, REPEAT, 30)
+    accelerate.cpu_offload(model, execution_device="cpu")
+    assert racer_ref.generate(model, None, REPEAT, 30, capacity="auto").token_ids == want
+    rwkv = _build("RwkvConfig", "RwkvForCausalLM", hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
+                  intermediate_size=128, context_length=256)
+    calls = []
+    with pytest.raises(ValueError, match="model: RwkvForCausalLM keeps no transformers KV cache"):
+        racer_ref.generate(rwkv, None, REPEAT, 30, capacity="auto", callback=calls.append)
+    assert calls == []
+
+
+def test_a_model_that_takes_no_attributes_is_probed_each_call_and_announced_once(caplog):
+    from transformers import MptConfig, MptForCausalLM
+
+    class Frozen(MptForCausalLM):
+        def __setattr__(self, name, value):
+            if name.startswith("racer"):
+                raise AttributeError(f"frozen: {name}")
+            super().__setattr__(name, value)
+
+    torch.manual_seed(0)
+    model = _scaled(Frozen(MptConfig(vocab_size=V, d_model=64, n_heads=4, n_layers=2, max_seq_len=256)))
+    want = greedy_reference(model, REPEAT, 20)
+    with caplog.at_level(logging.WARNING, logger="racer_ref"):
+        for _ in range(3):
+            assert racer_ref.generate(model, None, REPEAT, 20).token_ids == want
+    assert len([r for r in caplog.records if "chain drafts" in r.getMessage()]) == 1
+    assert not hasattr(model, "racer_plan")
+
+
+def test_a_plan_made_in_training_mode_is_made_again_after_eval():
+    model = tiny_model("gpt2")
+    model.train()
+    racer_ref.generate(model, None, [1, 2, 3], 4)
+    trained = model.racer_plan
+    model.eval()
+    out = racer_ref.generate(model, None, REPEAT, 30).token_ids
+    assert model.racer_plan is not trained and model.racer_plan.mode == "tree"
+    assert out == greedy_reference(model, REPEAT, 30)

@@ -77,7 +77,7 @@ class Plan:
         rebuild: the cache length at which ``model.generate`` drops and recomputes the cache
             (Phi-3's LongRoPE switch), or ``None``.
         key: what the plan was made for (the boundary's: dtype, device, attention, the
-            ``probe`` option, the CPU fast path, a replaced forward).
+            ``probe`` option, the CPU fast path, a replaced forward, training mode).
         device: where the inputs and the KV cache go (:func:`input_device`).
         wraps: whether the loop's drafting and forward pass need :meth:`apply` (not plain trees).
         error: the probe's largest relative logit error of a tree pass (``nan``: not probed).
@@ -225,21 +225,31 @@ def input_device(model: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def _rope_parameters(config: Any) -> dict:
+def _rope_parameters(config: Any) -> List[dict]:
     """The rotary settings of ``config`` (transformers 5's ``rope_parameters``, or the older
-    ``rope_scaling``), one dict; ``{}`` without any."""
+    ``rope_scaling``): one dict, or one per layer type; ``[]`` without any."""
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if params and all(isinstance(v, dict) for v in params.values()):  # one per layer type
-        merged: dict = {}
-        for value in params.values():
-            merged.update(value)
-        return merged
-    return dict(params)
+        return list(params.values())
+    return [dict(params)] if params else []
+
+
+def _rebuilds_at_switch(model: Any) -> bool:
+    """Whether ``model.generate`` recomputes the cache at the LongRoPE switch: Phi-3's and
+    PhiMoE's ``prepare_inputs_for_generation`` do, also under a subclass of theirs."""
+    return any("prepare_inputs_for_generation" in vars(cls) and cls.__module__.startswith("transformers.models.")
+               for cls in type(model).__mro__)
 
 
 def known_cause(model: Any) -> Tuple[Optional[str], Tuple[int, ...], Optional[int]]:
     """What the config says against plain trees: ``(chain cause or None, switch positions,
-    rebuild length or None)``."""
+    rebuild length or None)``.
+
+    Known causes: ALiBi (Bloom, MPT, Falcon with ``alibi=True``) and GPT-Neo's local layers
+    (a tree mask replaces their window), for chains; LongRoPE (in any layer type), for the
+    switch positions (its ``original_max_position_embeddings``, and where ``generate``
+    rebuilds the cache, the config's own).
+    """
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     name = type(model).__name__
     alibi = config.model_type in ALIBI_MODEL_TYPES or getattr(config, "alibi", False) is True
@@ -248,15 +258,15 @@ def known_cause(model: Any) -> Tuple[Optional[str], Tuple[int, ...], Optional[in
     if alibi:
         return (f"{name} takes attention positions from cache slots (ALiBi), which a branching tree "
                 "pass cannot honour"), (), None
-    rope = _rope_parameters(config)
-    if rope.get("rope_type") != "longrope":
+    if config.model_type == "gpt_neo" and "local" in (getattr(config, "attention_layers", None) or []):
+        return (f"{name} has local attention layers (window_size {getattr(config, 'window_size', '?')}), "
+                "whose window a tree attention mask replaces"), (), None
+    ropes = [r for r in _rope_parameters(config) if r.get("rope_type") == "longrope"]
+    if not ropes:
         return None, (), None
-    switch = {int(rope.get("original_max_position_embeddings") or config.max_position_embeddings)}
+    switch = {int(r.get("original_max_position_embeddings") or config.max_position_embeddings) for r in ropes}
     rebuild = None
-    # Phi-3's (and PhiMoE's) prepare_inputs_for_generation recomputes the cache at this length.
-    prepare = getattr(type(model), "prepare_inputs_for_generation", None)
-    if getattr(prepare, "__module__", "").startswith("transformers.models.") and \
-            getattr(config, "original_max_position_embeddings", None) is not None:
+    if _rebuilds_at_switch(model) and getattr(config, "original_max_position_embeddings", None) is not None:
         rebuild = int(config.original_max_position_embeddings)
         switch.add(rebuild)
     return None, tuple(sorted(switch)), rebuild
@@ -276,7 +286,7 @@ def _probe_ids(model: Any, vocab_size: int) -> Tuple[torch.Tensor, np.ndarray]:
     return torch.as_tensor(ids[:4], device=input_device(model)), ids[4:]
 
 
-def _plain_pass(model: Any, cache: Any, ids: torch.Tensor) -> torch.Tensor:
+def plain_pass(model: Any, cache: Any, ids: torch.Tensor) -> torch.Tensor:
     """A plain causal pass over ``ids`` (a prefill into the empty ``cache``, or one token
     after it); a model that fails it, or keeps no KV cache, is refused by name."""
     name = type(model).__name__
@@ -342,8 +352,8 @@ def probe_chain(model: Any, vocab_size: int) -> Tuple[float, str]:
     cache = DynamicCache(config=model.config)
     path = tokens[:3]  # r, A, B
     with torch.inference_mode():
-        _plain_pass(model, cache, prefix)
-        want = torch.cat([_plain_pass(model, cache, torch.as_tensor(path[i:i + 1], device=prefix.device))
+        plain_pass(model, cache, prefix)
+        want = torch.cat([plain_pass(model, cache, torch.as_tensor(path[i:i + 1], device=prefix.device))
                           for i in range(len(path))])  # (3, vocab) one token a pass
         truncate(cache, len(prefix))
         chain = DraftTree(path, np.array([-1, 0, 1]), np.arange(3), tree_attention_mask(np.array([-1, 0, 1])), None,
@@ -392,10 +402,16 @@ def make_plan(model: Any, vocab_size: int, key: Tuple[Any, ...] = (), run_probe:
     else:
         mode, notice = "ar", f"{cause}, nor does a chain: decoding one token a step (exact, no speed-up)"
     plan = Plan(mode, cause, switch, rebuild, key, input_device(model), error, time.perf_counter() - start, notice)
-    if notice is not None:
-        logging.getLogger("racer_ref").warning("racer_ref: %s", notice)
     try:
         model.racer_plan = plan
-    except (AttributeError, TypeError):  # a model that takes no attributes: probed every call
-        pass
+    except (AttributeError, TypeError):  # a model that takes no attributes: probed every call,
+        if (type(model), notice) in _ANNOUNCED:  # but its notice said once per process
+            notice = None
+        _ANNOUNCED.add((type(model), notice))
+    if notice is not None:
+        logging.getLogger("racer_ref").warning("racer_ref: %s", notice)
     return plan
+
+
+#: The notices said for models that keep no plan (they take no attributes).
+_ANNOUNCED: set = set()

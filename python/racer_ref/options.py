@@ -223,7 +223,8 @@ class Options:
     - ``probe``: check once per model object, before its first verify pass, that a branching
       tree pass is exact (:mod:`racer_ref.exactness`: one forward pass of 11 tokens); a model
       that fails it decodes with chain drafts or one token a step, saying so once in one line.
-      ``False`` skips the check for a model known to pass.
+      ``False`` skips the check for a model known to pass: on a model that would fail it, the
+      output then differs from greedy decoding's, with no notice.
 
     ``max_new_tokens`` is never exceeded, and prompt + output never exceed
     ``model.config.max_position_embeddings`` (MPT: ``max_seq_len``) tokens, so no position id at or beyond it is
@@ -334,7 +335,7 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
         _cpu_attention(model)
     # How this model verifies exactly (racer_ref.exactness), planned again when what it depends on changes.
     key = (model.dtype, model.device, getattr(model.config, "_attn_implementation", None), bool(a["probe"]),
-           id(getattr(model, "racer_cpu_kernels", None)), id(model.__dict__.get("forward")))
+           id(getattr(model, "racer_cpu_kernels", None)), id(model.__dict__.get("forward")), model.training)
     plan = getattr(model, "racer_plan", None)
     if plan is None or plan.key != key:
         plan = make_plan(model, vocab_size, key)  # a probe of one forward pass
@@ -548,7 +549,8 @@ def _cpu_attention(model: Any) -> None:
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
     # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
-    model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"
+    with contextlib.suppress(AttributeError, TypeError):  # (a model that takes no attributes: checked every call)
+        model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"
     # (Said for a real model only: a toy of a few million weights, as in the tests and
     # tutorials, gains nothing worth a notice.)
     if not _HINTED and model.dtype == torch.float32 and not prepared and model.num_parameters() >= HINT_MIN_PARAMETERS:

@@ -54,18 +54,27 @@ def cache_keyword(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+@functools.lru_cache(maxsize=None)
+def takes_position_ids(model_class: type) -> bool:
+    """Whether ``forward`` declares ``position_ids`` (not Bloom, MPT, ``BartForCausalLM``)."""
+    return "position_ids" in inspect.signature(model_class.forward).parameters
+
+
 def forward_prompt(model: torch.nn.Module, cache, prompt_ids: torch.Tensor) -> torch.Tensor:
-    """Prefill: run the prompt through the target with an empty cache (before spec step 1).
+    """A plain causal pass as ``model.generate`` feeds tokens: the prefill (empty cache, before
+    spec step 1), or a chain after the cache. Positions follow the cache, counted from 0 (as
+    generate passes them where ``forward`` takes ``position_ids``: RoBERTa's own start at 2).
 
     Args:
         prompt_ids: ``(L,)`` int64 token ids on the model's device.
 
     Returns:
-        ``(L, vocab)`` logits; row i predicts the token after ``prompt_ids[i]``. Afterwards
-        the cache holds all L prompt tokens.
+        ``(L, vocab)`` logits; row i predicts the token after ``prompt_ids[i]``, now in the cache.
     """
-    # A plain causal pass: transformers builds the usual triangular mask itself.
-    kwargs = {cache_keyword(type(model)): cache}
+    kwargs = {cache_keyword(type(model)): cache}  # transformers builds the triangular mask itself
+    if takes_position_ids(type(model)):
+        start = cache.get_seq_length()
+        kwargs["position_ids"] = torch.arange(start, start + len(prompt_ids), device=prompt_ids.device)[None]
     out = model(input_ids=prompt_ids[None], use_cache=True, **kwargs)  # logits (1, L, vocab)
     return out.logits[0]  # (L, vocab)
 
@@ -109,12 +118,9 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
     tree_mask = torch.as_tensor(tree.attention_mask, device=device)  # (n, n) bool
     # A node at depth d sits d tokens after the root, and the root comes right after the cache.
     position_ids = (past_length + depths)[None]  # (1, n)
-    if len(tree) == 1:
-        # A lone root sees the whole prefix and itself: plain causal attention, so we let
-        # transformers take its one-token path (no mask to build or add; plain decoding).
-        bias = None
-    else:
-        bias = tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
+    # A lone root sees the whole prefix and itself: plain causal attention, so we let
+    # transformers take its one-token path (no mask to build or add; plain decoding).
+    bias = None if len(tree) == 1 else tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
     out = model(
         input_ids=tokens[None],  # (1, n)
         attention_mask=bias,  # (1, 1, n, L + n), or None for a lone root
@@ -127,16 +133,14 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
 
 def forward_chain(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor:
     """Verify a chain (each node the child of the one before, or the root alone) as
-    ``model.generate`` feeds tokens: no mask and no position ids, so the model takes both from
-    the cache length. Exact for models whose positions come from cache slots (ALiBi), where a
-    branching tree is not (:mod:`racer_ref.exactness`).
+    ``model.generate`` feeds tokens (:func:`forward_prompt`: no mask, positions from the
+    cache). Exact for models whose positions come from cache slots (ALiBi), where a branching
+    tree is not (:mod:`racer_ref.exactness`).
 
     Returns:
         ``(n, vocab)`` logits; row u predicts the token after node u.
     """
-    tokens = torch.as_tensor(tree.tokens, device=cache.layers[0].keys.device)  # (n,) int64
-    out = model(input_ids=tokens[None], use_cache=True, **{cache_keyword(type(model)): cache})
-    return out.logits[0]  # (n, vocab)
+    return forward_prompt(model, cache, torch.as_tensor(tree.tokens, device=cache.layers[0].keys.device))
 
 
 def argmax_from_topk(logits: torch.Tensor, topk_values: torch.Tensor, topk_ids: torch.Tensor) -> List[int]:

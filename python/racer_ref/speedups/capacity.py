@@ -91,7 +91,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
 
     from racer_ref.options import make_cache
     from racer_ref.speedups.cpu_kernels import routed_layer_count
-    from racer_ref.verify import forward_prompt
+    from racer_ref.exactness import input_device, plain_pass
 
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 1:
@@ -107,15 +107,15 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     vocab = int(config.vocab_size)
     max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None) or 10**9
     prefix_length = max(1, min(prefix_length, max_len - max(sizes) - 1))
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if input_device(model).type == "cuda" else (lambda: None)
     rng = np.random.default_rng(0)
     trees = {n: chain_tree(n, vocab, seed=n) for n in sizes}
     forward = _verify_pass(model)
     samples: Dict[int, List[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
         cache = make_cache(model, None)  # the kind of cache generate() uses for this model
-        prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=model.device)
-        forward_prompt(model, cache, prompt)
+        prompt = torch.as_tensor(rng.integers(0, vocab, prefix_length), device=input_device(model))
+        plain_pass(model, cache, prompt)  # (a model that keeps no KV cache is refused here, by name)
         for n in sizes:  # warm-up: one untimed pass per size (allocator, kernels)
             _pass(forward, model, cache, trees[n], prefix_length, 8)
         # Rounds over all sizes, so that a burst of load from other processes hits every
