@@ -470,3 +470,12 @@ def test_a_plan_made_in_training_mode_is_made_again_after_eval():
     out = racer_ref.generate(model, None, REPEAT, 30).token_ids
     assert model.racer_plan is not trained and model.racer_plan.mode == "tree"
     assert out == greedy_reference(model, REPEAT, 30)
+
+
+def test_the_baseline_counts_one_token_for_generates_cache_rebuild():
+    """model.generate's own steps on a Phi-3 past the LongRoPE switch: the rebuild call starts
+    from an empty cache and still commits one token (the CLI's hf-greedy MAT stays 1)."""
+    from racer_ref.harness.baselines import tokens_per_step
+
+    calls = [[10, 0, 0.0], [1, 10, 0.0], [1, 11, 0.0], [13, 0, 0.0], [1, 13, 0.0], [1, 14, 0.0]]
+    assert tokens_per_step(calls, 10, 6) == [1, 1, 1, 1, 1]

@@ -111,7 +111,11 @@ def tokens_per_step(calls: Sequence[Sequence[float]], prompt_length: int, new_to
     stopping at EOS are respected). Tokens the prefill call itself produced (one, or more
     when transformers verifies candidates in the same call) belong to no step.
     """
-    starts = [int(c[1]) for c in calls[1:]]
+    starts = []
+    for c in calls[1:]:
+        # A call that starts below the one before recomputes the cache (Phi-3's LongRoPE switch:
+        # generate drops it and runs the whole sequence again): it commits one token.
+        starts.append(int(c[1]) if not starts or int(c[1]) >= starts[-1] else starts[-1] + 1)
     out = [b - a for a, b in zip(starts, starts[1:])]
     if starts:
         out.append(max(1, prompt_length + new_tokens - 1 - starts[-1]))
