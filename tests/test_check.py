@@ -517,7 +517,7 @@ def no_rust_core(monkeypatch):
     monkeypatch.setitem(sys.modules, "racer_ref._core", None)
 
 
-@pytest.mark.parametrize("number", ["01", "02", "03", "05", "06", "07", "08"])
+@pytest.mark.parametrize("number", ["01", "02", "03", "04", "05", "06", "07", "08", "09"])
 def test_without_the_rust_core_the_twin_answers(no_rust_core, capsys, number):
     assert check._reference("Automaton").__module__ == "racer_ref.reference.automaton"
     solution = next(SOLUTIONS.glob(f"{number}_*.py"))

@@ -1,17 +1,18 @@
 """``racer-ref check FILE``: check a student's exercise against the reference, and teach.
 
 Each exercise in ``exercises/`` is one concept of the tutorials with the bodies left as
-``...``. The checker loads the student's file, refuses it while a body is still ``...``,
-then runs, in order, until the first divergence:
+``...``. The checker loads the student's file, reports the functions (or classes) whose body
+is still ``...`` as not written yet and grades the others: it runs, in order, until the
+first divergence:
 
 1. the **named cases** the Rust core and the Python twin pass in the test suite
    (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
-   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s). Where the Rust
-   core is not built (a source checkout with only numpy), the Python twin answers instead:
-   the test suite holds the two identical. Exercises 09 and 10 compare against
-   ``racer_ref.verify``, which needs torch: without it they are refused (exit status 2)
-   with what to install, rather than failed.
+   the Rust core's (for greedy acceptance, ``racer_ref.tree.greedy_accept``'s; for KV
+   compaction, ``racer_ref.verify``'s). Where the Rust core is not built (a source checkout
+   with only numpy), the Python twin answers instead: the test suite holds the two
+   identical. Exercise 10 compares against ``racer_ref.verify``, which needs torch: without
+   it, it is refused (exit status 2) with what to install, rather than failed.
 
 The first diverging case is printed with what went wrong (its inputs, what was expected,
 what came back, the wrong cell of a mask by row and column), then hints in stages, chosen
@@ -31,13 +32,17 @@ for the kind of mistake diagnosed (not the solution):
 
 Any file name works: the exercise is read from ``--exercise NN``, else an ``EXERCISE = "NN"``
 line, else the module docstring's first words ("Exercise NN"), else the first two-digit
-number in the file name (``my_04_lru.py``). ``--json`` prints a
-machine-readable result instead (every case is run; a score per function), for autograders.
-Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
-run in-process on the student's module; nothing is written anywhere. A file that calls
-``sys.exit()`` (at import or in a function) fails instead of ending the checker; on Unix, an
-import or a case that runs longer than :data:`CASE_SECONDS` fails as too slow (an endless
-loop), and the function's remaining cases are then not run. (``os._exit()`` still ends it.)
+number in the file name (``my_04_lru.py``). ``--json`` prints a machine-readable result
+instead, for autograders: every case is run; a score per function (the share of its cases
+passed), per file (the mean of its functions') and overall (the mean of the files', weighted
+per exercise with ``--weight NN=W`` or ``--weights FILE``, 1 by default). Exit status: 0
+when every case passes, 1 otherwise, 2 for a file it cannot check. The cases run in-process
+on the student's module; nothing is written anywhere. A file that calls ``sys.exit()`` (at
+import or in a function) fails instead of ending the checker. An LRU list whose links go
+round in a circle is named at once: ``order()`` runs under a bound on the lines it may
+execute, proportional to the list's capacity. Beyond that, on Unix, an import or a case that
+runs longer than :data:`CASE_SECONDS` fails as too slow (an endless loop), and the
+function's remaining cases are then not run. (``os._exit()`` still ends it.)
 """
 
 from __future__ import annotations
@@ -991,30 +996,18 @@ def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) ->
 def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
     """Against ``racer_ref.tree.greedy_accept`` (the walk ``racer_ref.verify`` runs), given
     one-hot numpy logits whose argmax is ``predicted``: numpy only, no torch."""
+    from types import SimpleNamespace
+
     import numpy as np
 
     from racer_ref.tree import greedy_accept
 
-    tree = _tree_from_parents(tokens, parents)
+    tree = SimpleNamespace(tokens=np.array(tokens), parents=np.array(parents))  # all the walk reads
     logits = np.zeros((len(predicted), max(list(predicted) + list(tokens)) + 1))
     logits[np.arange(len(predicted)), list(predicted)] = 1.0
     want = greedy_accept(logits, tree)
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
     _expect_accept(mod.accept_greedy(list(predicted), list(tokens), list(parents)), want, parents, what)
-
-
-def _tree_from_parents(tokens, parents):
-    import numpy as np
-
-    from racer_ref.tree import DraftTree, tree_attention_mask
-
-    n = len(parents)
-    depths = [0] * n
-    for i in range(1, n):
-        depths[i] = depths[parents[i]] + 1
-    return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
-                     np.array(depths, dtype=np.int64), tree_attention_mask(np.array(parents)),
-                     np.zeros((0, 0), dtype=np.int64), np.zeros(n, dtype=np.uint8))
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
@@ -1434,17 +1427,15 @@ def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
     out["error"] = cannot_check(exercise)
     if out["error"] is not None:
         return out
-    try:
-        out["unwritten"] = unwritten(source)
-    except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
-        pass  # load() below reports it, with the file's name and line
+    todo = pending(exercise, source)
+    out["unwritten"] = [m for methods in todo.values() for m in methods]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             module = load(path)
     except (Exception, SystemExit, TooSlow):
         out["error"] = import_error(path)
         return out
-    result = run_cases(module, exercise, every=True, unwritten=pending(exercise, source))
+    result = run_cases(module, exercise, every=True, unwritten=todo)
     functions = {}
     for name in result.total:
         failure = result.failures.get(name)
