@@ -296,6 +296,16 @@ MISTAKES = [
                        "    accepted = _right(predicted, tokens, parents)[0][:2]\n"
                        "    return accepted, predicted[accepted[-1]]\n")],
      "the walk stops after one child", "09.stops_early", ["accept_greedy("]),
+    ("09", None, [("", "\n\ndef accept_greedy(predicted, tokens, parents):\n"
+                       "    accepted, node = [0], 0\n"
+                       "    while True:\n"
+                       "        match = [c for c in range(len(tokens)) if parents[c] == node and tokens[c] == predicted[node]]\n"
+                       "        if not match:\n"
+                       "            return accepted, predicted[node]\n"
+                       "        accepted.append(match[0])\n")],
+     "the walk never moves to the accepted child", "09.endless",
+     ["FAIL accept010_follow_the_predicted_child: accept_greedy(predicted=[11, 22, 0, 0, 0, 50, 0, 0, 0, 0], ",
+      "has not returned after 2620 steps on a tree of 10 nodes: the walk never ends"]),
     ("10", None, [("    _keep(SimpleNamespace(layers=[layer]), past_length, list(accepted))\n    return layer.keys",
                    "    return keys[:, :, list(range(past_length)) + list(accepted)]")],
      "the slots without the offset L", "10.offset", ["the slots kept (head 0)"]),

@@ -39,8 +39,9 @@ per exercise with ``--weight NN=W`` or ``--weights FILE``, 1 by default). Exit s
 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases run in-process
 on the student's module; nothing is written anywhere. A file that calls ``sys.exit()`` (at
 import or in a function) fails instead of ending the checker. An LRU list whose links go
-round in a circle is named at once: ``order()`` runs under a bound on the lines it may
-execute, proportional to the list's capacity. Beyond that, on Unix, an import or a case that
+round in a circle, or an acceptance walk that never ends, is named at once: ``order()`` and
+``accept_greedy`` run under a bound on the lines they may execute, proportional to the size
+of the list or tree (:func:`_within_steps`). Beyond that, on Unix, an import or a case that
 runs longer than :data:`CASE_SECONDS` fails as too slow (an endless loop), and the
 function's remaining cases are then not run. (``os._exit()`` still ends it.)
 """
@@ -984,6 +985,17 @@ def _accept_kind(got: List[int], got_next: int, want: List[int], want_next: int,
     return "09.wrong_child"
 
 
+def _student_accept(mod: ModuleType, predicted, tokens, parents, what: str) -> Any:
+    """The student's ``accept_greedy``, within a bound on its steps: a walk over n nodes that
+    scans the children of each node it accepts needs at most a few lines per node pair."""
+    steps = 20 * (len(tokens) + 1) ** 2 + 200
+    try:
+        return _within_steps(lambda: mod.accept_greedy(list(predicted), list(tokens), list(parents)), steps)
+    except _Runaway:
+        raise Mismatch(f"{what} has not returned after {steps} steps on a tree of {len(tokens)} nodes: the walk "
+                       "never ends", "09.endless") from None
+
+
 def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) -> None:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Mismatch(f"{what} returned {got!r}, expected (accepted, next_root)", "09.root")
@@ -1007,7 +1019,7 @@ def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
     logits[np.arange(len(predicted)), list(predicted)] = 1.0
     want = greedy_accept(logits, tree)
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
-    _expect_accept(mod.accept_greedy(list(predicted), list(tokens), list(parents)), want, parents, what)
+    _expect_accept(_student_accept(mod, predicted, tokens, parents, what), want, parents, what)
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
@@ -1016,7 +1028,7 @@ def _named_09(mod: ModuleType) -> CaseIter:
     for case in ACCEPT_CASES:
         def run(case=case) -> None:
             what = f"accept_greedy(predicted={list(case.predicted)}, tokens={list(case.tokens)}, parents={list(case.parents)})"
-            got = mod.accept_greedy(list(case.predicted), list(case.tokens), list(case.parents))
+            got = _student_accept(mod, case.predicted, case.tokens, case.parents, what)
             _expect_accept(got, (list(case.accepted), case.next_root), case.parents, what)
             _accept_case(mod, case.predicted, case.tokens, case.parents)
 

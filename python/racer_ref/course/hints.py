@@ -308,6 +308,10 @@ HINTS: Dict[str, Hint] = {
     "09.wrong_child": Hint(
         "the walk takes a different child than the target predicts.",
         "The target's choice at u is predicted[u]; the child whose token equals it is accepted."),
+    "09.endless": Hint(
+        "your walk never ends: it keeps going without moving down the tree.",
+        "Each round of the walk either accepts a child and continues *from that child*, or "
+        "stops. After you accept a child, which node does the next round look at?"),
     # 10. KV compaction.
     "10.shape": Hint(
         "the result does not have L + len(accepted) slots along the sequence dimension.",
