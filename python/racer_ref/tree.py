@@ -17,7 +17,7 @@ A 6-node tree and its arrays::
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -297,3 +297,34 @@ def leaf_paths(parents: np.ndarray, depths: np.ndarray) -> np.ndarray:
             paths[row, d] = node
             node = parent_of[node]
     return paths
+
+
+def greedy_accept(logits: Optional[np.ndarray], tree: DraftTree,
+                  predicted: Optional[Sequence[int]] = None) -> Tuple[List[int], int]:
+    """Greedy acceptance by walking the tree (spec step 6), on numpy alone.
+
+    At node u the target's choice is ``argmax(logits[u])``; if u has a child with that token
+    we accept the child and continue from it, otherwise we stop. A trie has at most one child
+    per token, so the walk is unique and finds the longest path the target agrees with.
+    :func:`racer_ref.verify.accept_greedy` runs this walk on the target's torch logits.
+
+    Args:
+        logits: ``(n, vocab)`` numpy array (ignored when ``predicted`` is given).
+        predicted: ``argmax(logits[u])`` for every node, if the caller has it already.
+
+    Returns:
+        ``(accepted, next_root)``: the accepted node indices root first (``accepted[0] == 0``,
+        accepted length ``a = len(accepted) - 1``) and the token the last accepted node
+        predicts, which is the next step's root.
+    """
+    if predicted is None:
+        predicted = np.asarray(logits).argmax(axis=-1).tolist()  # (n,) as a list of ints
+    accepted = [0]
+    node = 0
+    while True:
+        # The child of `node` carrying the predicted token, if the drafter proposed it.
+        match = np.flatnonzero((tree.parents == node) & (tree.tokens == predicted[node]))
+        if len(match) == 0:
+            return accepted, predicted[node]
+        node = int(match[0])
+        accepted.append(node)

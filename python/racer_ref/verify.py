@@ -44,7 +44,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from racer_ref.tree import DraftTree
+from racer_ref.tree import DraftTree, greedy_accept
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,7 +169,8 @@ def argmax_from_topk(logits: torch.Tensor, topk_values: torch.Tensor, topk_ids: 
 def accept_greedy(
     logits: torch.Tensor, tree: DraftTree, predicted: Optional[List[int]] = None
 ) -> Tuple[List[int], int]:
-    """Greedy acceptance by walking the tree (spec step 6).
+    """Greedy acceptance by walking the tree (spec step 6): the walk of
+    :func:`racer_ref.tree.greedy_accept` (numpy only) on the target's torch logits.
 
     At node u the target's choice is ``argmax(logits[u])``; if u has a child with that token
     we accept the child and continue from it, otherwise we stop. A trie has at most one child
@@ -188,15 +189,7 @@ def accept_greedy(
     if predicted is None:
         # One device->host copy for the whole tree: n small ints.
         predicted = logits.argmax(dim=-1).tolist()  # (n,) as a list of ints
-    accepted = [0]
-    node = 0
-    while True:
-        # The child of `node` carrying the predicted token, if the drafter proposed it.
-        match = np.flatnonzero((tree.parents == node) & (tree.tokens == predicted[node]))
-        if len(match) == 0:
-            return accepted, predicted[node]
-        node = int(match[0])
-        accepted.append(node)
+    return greedy_accept(None, tree, predicted)
 
 
 def accept_sampling(

@@ -1,17 +1,18 @@
 """``racer-ref check FILE``: check a student's exercise against the reference, and teach.
 
 Each exercise in ``exercises/`` is one concept of the tutorials with the bodies left as
-``...``. The checker loads the student's file, refuses it while a body is still ``...``,
-then runs, in order, until the first divergence:
+``...``. The checker loads the student's file, reports the functions (or classes) whose body
+is still ``...`` as not written yet and grades the others: it runs, in order, until the
+first divergence:
 
 1. the **named cases** the Rust core and the Python twin pass in the test suite
    (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
-   the Rust core's (or, for the verification loop, ``racer_ref.verify``'s). Where the Rust
-   core is not built (a source checkout with only numpy), the Python twin answers instead:
-   the test suite holds the two identical. Exercises 09 and 10 compare against
-   ``racer_ref.verify``, which needs torch: without it they are refused (exit status 2)
-   with what to install, rather than failed.
+   the Rust core's (for greedy acceptance, ``racer_ref.tree.greedy_accept``'s; for KV
+   compaction, ``racer_ref.verify``'s). Where the Rust core is not built (a source checkout
+   with only numpy), the Python twin answers instead: the test suite holds the two
+   identical. Exercise 10 compares against ``racer_ref.verify``, which needs torch: without
+   it, it is refused (exit status 2) with what to install, rather than failed.
 
 The first diverging case is printed with what went wrong (its inputs, what was expected,
 what came back, the wrong cell of a mask by row and column), then hints in stages, chosen
@@ -31,13 +32,18 @@ for the kind of mistake diagnosed (not the solution):
 
 Any file name works: the exercise is read from ``--exercise NN``, else an ``EXERCISE = "NN"``
 line, else the module docstring's first words ("Exercise NN"), else the first two-digit
-number in the file name (``my_04_lru.py``). ``--json`` prints a
-machine-readable result instead (every case is run; a score per function), for autograders.
-Exit status: 0 when every case passes, 1 otherwise, 2 for a file it cannot check. The cases
-run in-process on the student's module; nothing is written anywhere. A file that calls
-``sys.exit()`` (at import or in a function) fails instead of ending the checker; on Unix, an
-import or a case that runs longer than :data:`CASE_SECONDS` fails as too slow (an endless
-loop), and the function's remaining cases are then not run. (``os._exit()`` still ends it.)
+number in the file name (``my_04_lru.py``). ``--json`` prints a machine-readable result
+instead, for autograders: every case is run; a score per function (the share of its cases
+passed), per file (the mean of its functions') and overall (the mean of the files', weighted
+per exercise with ``--weight NN=W`` or ``--weights FILE``, 1 by default). Exit status: 0
+when every case passes, 1 otherwise, 2 for a file it cannot check. The cases run in-process
+on the student's module; nothing is written anywhere. A file that calls ``sys.exit()`` (at
+import or in a function) fails instead of ending the checker. An LRU list whose links go
+round in a circle, or an acceptance walk that never ends, is named at once: ``order()`` and
+``accept_greedy`` run under a bound on the lines they may execute, proportional to the size
+of the list or tree (:func:`_within_steps`). Beyond that, on Unix, an import or a case that
+runs longer than :data:`CASE_SECONDS` fails as too slow (an endless loop), and the
+function's remaining cases are then not run. (``os._exit()`` still ends it.)
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from racer_ref.course.hints import HINTS, READ, Hint
 
 __all__ = ["EXERCISES", "HINTS", "READ", "Hint", "Mismatch", "exercise_of", "json_result", "load", "main",
-           "run_exercise", "unwritten"]
+           "pending", "read_weights", "run_exercise", "unwritten"]
 
 Path_ = Tuple[int, ...]
 
@@ -471,14 +477,62 @@ def _random_03(mod: ModuleType) -> CaseIter:
 # ======================================================================================
 
 
-def _check_lru(lru, model: List[int], where: str, last: Optional[Tuple[str, int, bool]]) -> None:
-    """``last``: the operation just applied, (op, slot, was the slot on the list)."""
-    by_op = "04.touch_new"
+class _Runaway(BaseException):
+    """Raised in the student's code by :func:`_within_steps` (a ``BaseException``, so that an
+    ``except Exception`` in a student's loop does not swallow it)."""
+
+
+def _within_steps(call: Callable[[], Any], steps: int) -> Any:
+    """``call()``, stopped with :class:`_Runaway` after ``steps`` executed lines of Python: a
+    bound on the work (a walk over a list of m slots needs a few lines per slot), so an
+    endless walk is caught at once, whatever the machine's speed."""
+    count = 0
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > steps:
+                raise _Runaway
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        return call()
+    finally:
+        sys.settrace(previous)
+
+
+def _older_walk(lru, capacity: int) -> str:
+    """``head -> ... -> s (again)`` along the student's ``older`` links, when the list is kept
+    in the arrays the exercise suggests and they go round in a circle; else ``""``."""
+    older, slot, seen = getattr(lru, "older", None), getattr(lru, "head", None), []
+    try:
+        while isinstance(slot, int) and 0 <= slot < capacity and slot not in seen:
+            seen.append(slot)
+            slot = older[slot]
+    except Exception:
+        return ""
+    return f"following older from the head: {' -> '.join(map(str, seen + [slot]))} (again)" if slot in seen else ""
+
+
+def _check_lru(lru, model: List[int], capacity: int, where: str, last: Optional[Tuple[str, int, bool]]) -> None:
+    """``last``: the operation just applied, (op, slot, was the slot on the list), or None."""
+    by_op = "04.empty"
     if last is not None:
-        op, _, present = last
+        op, slot, present = last
         by_op = ("04.touch_present" if present else "04.touch_new") if op == "touch" else \
                 ("04.remove" if present else "04.remove_absent")
-    order = list(lru.order())
+    steps = 20 * capacity + 100  # order() walks at most capacity slots
+    try:
+        order = _within_steps(lambda: list(lru.order()), steps)
+    except _Runaway:
+        raise Mismatch(f"{where}: order() has not reached the end of the list after {steps} steps, with at "
+                       f"most {capacity} slots on it: the links go round in a circle", "04.cycle",
+                       _older_walk(lru, capacity)) from None
+    if last is not None and last[0] == "remove" and last[2] and last[1] in order:
+        by_op = "04.not_removed"
     expect(order, model, f"{where}: order() (most recent first)", by_op)
     expect(len(lru), len(model), f"{where}: len()", "04.len")
     expect(lru.most_recent(), model[0] if model else None, f"{where}: most_recent()", "04.ends")
@@ -505,10 +559,11 @@ def _named_04(mod: ModuleType) -> CaseIter:
     for case in LRU_CASES:
         def run(case=case) -> None:
             lru, model = mod.LruList(case.capacity), []
+            _check_lru(lru, model, case.capacity, f"a new LruList({case.capacity})", None)
             for k, (op, slot) in enumerate(case.ops):
                 last = _apply_lru(lru, model, op, slot)
-                _check_lru(lru, model, f"after {list(case.ops[: k + 1])}", last)
-            expect(list(lru.order()), list(case.order), "order() at the end", "04.touch_present")
+                _check_lru(lru, model, case.capacity, f"after {list(case.ops[: k + 1])}", last)
+            assert model == list(case.order), case.name  # the hand-checked order
             for slot in range(case.capacity):
                 expect(slot in lru, slot in case.order, f"{slot} in lru", "04.membership")
 
@@ -526,7 +581,7 @@ def _random_04(mod: ModuleType) -> CaseIter:
                 slot = rnd.randrange(capacity)
                 ops.append((op, slot))
                 last = _apply_lru(lru, model, op, slot)
-                _check_lru(lru, model, f"capacity {capacity}, after ...{ops[-8:]}", last)
+                _check_lru(lru, model, capacity, f"capacity {capacity}, after ...{ops[-8:]}", last)
                 probe = rnd.randrange(capacity)
                 expect(probe in lru, probe in model, f"capacity {capacity}, after ...{ops[-8:]}: {probe} in lru",
                        "04.membership")
@@ -561,16 +616,23 @@ def _random_04(mod: ModuleType) -> CaseIter:
 # ======================================================================================
 
 
-def _row_mistake(got: List[int], want: List[int], history: List[List[int]], what: str) -> Mismatch:
-    """``history``: the rows observed for the token, in order, each cut to k."""
+def _row_mistake(table, token: int, got: List[int], want: List[int], calls, k: int, vocab: int,
+                 what: str) -> Mismatch:
+    """Diagnose a wrong ``table.row(token)``; ``calls``: the observe calls so far."""
     message = f"{what} = {got!r}, expected {want!r}"
+    if want:  # a neighbour's row where token's should be: an index off by one
+        for near in (token - 1, token + 1):
+            if 0 <= near < vocab and list(table.row(near)) == want != (_rows_seen(calls, near, k) or [[]])[-1]:
+                return Mismatch(message, "05.row_index", f"row({near}) gives the row observed for token {token}")
     if not want:
         return Mismatch(message, "05.unseen")
     if not got:
         return Mismatch(message, "05.lost")
-    if len(got) != len(want):
+    if len(got) < len(want) and got == want[:len(got)]:
+        return Mismatch(message, "05.row_short", f"{len(got)} of the k = {len(want)} ids")
+    if len(got) > len(want):
         return Mismatch(message, "05.width", f"k = {len(want)}")
-    if got in history[:-1]:
+    if got in _rows_seen(calls, token, k)[:-1]:
         return Mismatch(message, "05.not_last", f"{got} is the row of an earlier occurrence")
     return Mismatch(message, "05.row")
 
@@ -590,7 +652,7 @@ def _named_05(mod: ModuleType) -> CaseIter:
             for token, want in case.rows.items():
                 got = list(table.row(token))
                 if got != want:
-                    raise _row_mistake(got, want, _rows_seen(case.observes, token, case.k),
+                    raise _row_mistake(table, token, got, want, case.observes, case.k, case.vocab_size,
                                        f"after observe{list(case.observes)}: row({token})")
 
         yield Case(case.name, "CopyLogitTable", run)
@@ -617,7 +679,7 @@ def _random_05(mod: ModuleType) -> CaseIter:
                 for v in range(vocab):
                     got, want = list(table.row(v)), core.row(v)
                     if got != want:
-                        raise _row_mistake(got, want, _rows_seen(calls, v, k),
+                        raise _row_mistake(table, v, got, want, calls, k, vocab,
                                            f"vocab_size {vocab}, k {k}, after observe calls {calls}: row({v})")
 
         yield Case(f"random{seed:03d}", "CopyLogitTable", run)
@@ -905,7 +967,7 @@ def _random_08(mod: ModuleType) -> CaseIter:
 
 
 # ======================================================================================
-# 09. Greedy acceptance; 10. KV compaction (against racer_ref.verify).
+# 09. Greedy acceptance (numpy); 10. KV compaction (against racer_ref.verify, torch).
 # ======================================================================================
 
 
@@ -923,6 +985,17 @@ def _accept_kind(got: List[int], got_next: int, want: List[int], want_next: int,
     return "09.wrong_child"
 
 
+def _student_accept(mod: ModuleType, predicted, tokens, parents, what: str) -> Any:
+    """The student's ``accept_greedy``, within a bound on its steps: a walk over n nodes that
+    scans the children of each node it accepts needs at most a few lines per node pair."""
+    steps = 20 * (len(tokens) + 1) ** 2 + 200
+    try:
+        return _within_steps(lambda: mod.accept_greedy(list(predicted), list(tokens), list(parents)), steps)
+    except _Runaway:
+        raise Mismatch(f"{what} has not returned after {steps} steps on a tree of {len(tokens)} nodes: the walk "
+                       "never ends", "09.endless") from None
+
+
 def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) -> None:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Mismatch(f"{what} returned {got!r}, expected (accepted, next_root)", "09.root")
@@ -933,30 +1006,20 @@ def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) ->
 
 
 def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
-    import torch
+    """Against ``racer_ref.tree.greedy_accept`` (the walk ``racer_ref.verify`` runs), given
+    one-hot numpy logits whose argmax is ``predicted``: numpy only, no torch."""
+    from types import SimpleNamespace
 
-    from racer_ref.verify import accept_greedy
-
-    tree = _tree_from_parents(tokens, parents)
-    logits = torch.zeros(len(predicted), max(list(predicted) + list(tokens)) + 1)
-    logits[torch.arange(len(predicted)), torch.tensor(list(predicted))] = 1.0
-    want = accept_greedy(logits, tree)
-    what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
-    _expect_accept(mod.accept_greedy(list(predicted), list(tokens), list(parents)), (want[0], want[1]), parents, what)
-
-
-def _tree_from_parents(tokens, parents):
     import numpy as np
 
-    from racer_ref.tree import DraftTree, tree_attention_mask
+    from racer_ref.tree import greedy_accept
 
-    n = len(parents)
-    depths = [0] * n
-    for i in range(1, n):
-        depths[i] = depths[parents[i]] + 1
-    return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
-                     np.array(depths, dtype=np.int64), tree_attention_mask(np.array(parents)),
-                     np.zeros((0, 0), dtype=np.int64), np.zeros(n, dtype=np.uint8))
+    tree = SimpleNamespace(tokens=np.array(tokens), parents=np.array(parents))  # all the walk reads
+    logits = np.zeros((len(predicted), max(list(predicted) + list(tokens)) + 1))
+    logits[np.arange(len(predicted)), list(predicted)] = 1.0
+    want = greedy_accept(logits, tree)
+    what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
+    _expect_accept(_student_accept(mod, predicted, tokens, parents, what), want, parents, what)
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
@@ -965,7 +1028,7 @@ def _named_09(mod: ModuleType) -> CaseIter:
     for case in ACCEPT_CASES:
         def run(case=case) -> None:
             what = f"accept_greedy(predicted={list(case.predicted)}, tokens={list(case.tokens)}, parents={list(case.parents)})"
-            got = mod.accept_greedy(list(case.predicted), list(case.tokens), list(case.parents))
+            got = _student_accept(mod, case.predicted, case.tokens, case.parents, what)
             _expect_accept(got, (list(case.accepted), case.next_root), case.parents, what)
             _accept_case(mod, case.predicted, case.tokens, case.parents)
 
@@ -1056,7 +1119,7 @@ EXERCISES: Dict[str, Exercise] = {
         Exercise("07", "the merged draft tree", ("draft_tree",), _named_07, _random_07, READ["07"]),
         Exercise("08", "tree attention mask, position ids, retrieve_indices",
                  ("tree_attention_mask", "position_ids", "retrieve_indices"), _named_08, _random_08, READ["08"]),
-        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"], ("torch",)),
+        Exercise("09", "greedy acceptance", ("accept_greedy",), _named_09, _random_09, READ["09"]),
         Exercise("10", "KV compaction", ("keep_accepted",), _named_10, _random_10, READ["10"], ("torch",)),
     ]
 }
@@ -1098,6 +1161,18 @@ def unwritten(source: str) -> List[str]:
 
     visit(ast.parse(source), "")
     return out
+
+
+def pending(exercise: Exercise, source: str) -> Dict[str, List[str]]:
+    """The functions (or classes) of ``exercise`` that ``source`` has not written yet, each
+    with its bodies still ``...`` (a class with one such method is not written yet); their
+    cases are not run. A file that does not parse has nothing pending: ``load`` reports it."""
+    try:
+        todo = unwritten(source)
+    except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
+        return {}
+    found = {name: [t for t in todo if t == name or t.startswith(name + ".")] for name in exercise.names}
+    return {name: methods for name, methods in found.items() if methods}
 
 
 #: Seconds an import or one case may run before it fails as too slow (an endless loop, or
@@ -1226,9 +1301,16 @@ class Result:
     notes: List[str] = field(default_factory=list)
     #: the first failure in running order
     first: Optional[Failure] = None
+    #: the functions not written yet (their cases were not run), with their ``...`` bodies
+    unwritten: Dict[str, List[str]] = field(default_factory=dict)
+
+    def score(self, name: str) -> float:
+        """The share of ``name``'s cases passed (0 for a function not written yet)."""
+        return self.passed[name] / self.total[name] if self.total[name] else 0.0
 
 
-def _run_case(case: Case) -> Tuple[Optional[Failure], Optional[str]]:
+def _run_case(case: Case, mine: Path) -> Tuple[Optional[Failure], Optional[str]]:
+    """Run one case; ``mine``: the student's file (a traceback shows its frames only)."""
     try:
         with time_limit(CASE_SECONDS):
             return None, case.run()
@@ -1239,16 +1321,22 @@ def _run_case(case: Case) -> Tuple[Optional[Failure], Optional[str]]:
                        "answer", "raised", traceback=traceback.format_exc().rstrip().splitlines()[-6:]), None
     except Mismatch as mismatch:
         return Failure(case.name, str(mismatch), mismatch.kind or "raised", mismatch.detail), None
-    except Exception as error:  # the student's code raised: show where, in their file
-        tb = traceback.format_exc().rstrip().splitlines()
+    except Exception as error:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
+        if not frames:  # raised in the checker, using what the student's code returned
+            return Failure(case.name, f"what your code returned cannot be used: {type(error).__name__}: {error}",
+                           "returned"), None
+        tb = traceback.format_list(frames[-3:]) + traceback.format_exception_only(type(error), error)
         return Failure(case.name, f"your code raised an exception: {type(error).__name__}: {error}",
-                       "raised", traceback=tb[-6:]), None
+                       "raised", traceback="".join(tb).rstrip().splitlines()), None
 
 
-def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = None) -> Result:
-    """Run the named, then the random cases. With ``every`` False, stop at the first failure
-    and print progress to ``out``; with ``every`` True, run them all, printing nothing."""
-    result = Result(exercise)
+def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = None,
+              unwritten: Optional[Dict[str, List[str]]] = None) -> Result:
+    """Run the named, then the random cases, except those of the functions ``unwritten``
+    (:func:`pending`). With ``every`` False, stop at the first failure and print progress to
+    ``out``; with ``every`` True, run them all, printing nothing."""
+    result = Result(exercise, unwritten=dict(unwritten or {}))
     named, randoms = list(exercise.named(module)), list(exercise.random(module))
     result.named, result.random = len(named), len(randoms)
     for case in named + randoms:
@@ -1257,16 +1345,20 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
     if out is not None:
         print(f"exercise {exercise.number} ({exercise.title}): {len(named)} named cases, "
               f"{len(randoms)} random cases", file=out)
+        if result.unwritten:
+            print(f"  not written yet: {', '.join(result.unwritten)} (their cases are not run)", file=out)
+    mine = Path(module.__file__ or "").resolve()
     slow: Dict[str, Failure] = {}  # functions that ran out of time: their other cases are not run
     for kind, cases in (("named", named), ("random", randoms)):
+        cases = [case for case in cases if case.function not in result.unwritten]
         for case in cases:
             if case.function in slow:
                 failure, note = slow[case.function], None
             elif every:  # what the student's code prints must not end up in the JSON
                 with contextlib.redirect_stdout(io.StringIO()):
-                    failure, note = _run_case(case)
+                    failure, note = _run_case(case, mine)
             else:
-                failure, note = _run_case(case)
+                failure, note = _run_case(case, mine)
             if note:
                 result.notes.append(note)
                 if out is not None:
@@ -1280,7 +1372,7 @@ def run_cases(module: ModuleType, exercise: Exercise, every: bool, out: Any = No
             result.first = result.first or failure
             if not every:
                 return result
-        if out is not None:
+        if out is not None and cases:
             print(f"  {kind} cases: all {len(cases)} pass", file=out)
     return result
 
@@ -1304,25 +1396,36 @@ def print_failure(failure: Failure, exercise: Exercise, level: int, path: Path, 
 
 
 def run_exercise(module: ModuleType, exercise: Exercise, out: Any = None, level: int = 1,
-                 path: Path = Path("FILE")) -> bool:
-    """Run the named, then the random cases; print the first divergence with hints up to
-    stage ``level``. True if all pass."""
+                 path: Path = Path("FILE"), unwritten: Optional[Dict[str, List[str]]] = None) -> bool:
+    """Run the named, then the random cases (not those of the functions ``unwritten``); print
+    the first divergence with hints up to stage ``level``. True if all pass and all are written."""
     out = sys.stdout if out is None else out
     missing = [n for n in exercise.names if not hasattr(module, n)]
     if missing:
         print(f"FAIL: the file does not define {', '.join(missing)}", file=out)
         return False
-    result = run_cases(module, exercise, every=False, out=out)
+    result = run_cases(module, exercise, every=False, out=out, unwritten=unwritten)
     if result.first is not None:
         print_failure(result.first, exercise, level, path, out)
+        return False
+    if result.unwritten:
+        done = [n for n in exercise.names if n not in result.unwritten]
+        print(f"PASS so far: {', '.join(done)} agree{'s' if len(done) == 1 else ''} with the reference on every "
+              f"case; not written yet: {_todo(result.unwritten)}.", file=out)
         return False
     print(f"PASS: exercise {exercise.number} agrees with the reference on every case.", file=out)
     return True
 
 
+def _todo(unwritten: Dict[str, List[str]]) -> str:
+    return ", ".join(m for methods in unwritten.values() for m in methods) + " (a body is still `...`)"
+
+
 def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
-    """The machine-readable result of one file: every case is run (a body still ``...``
-    fails its cases), with ``passed`` / ``total`` cases per function and in all."""
+    """The machine-readable result of one file: every case of every written function is run,
+    with ``passed`` / ``total`` cases and a ``score`` per function; the file's ``score`` is
+    the mean of its functions' (each function counts the same, whatever its number of cases;
+    one not written yet scores 0)."""
     out: Dict[str, Any] = {"file": str(path), "exercise": None, "title": None, "status": "error",
                            "passed": 0, "total": 0, "score": 0.0, "functions": {}, "unwritten": [],
                            "notes": [], "error": None}
@@ -1336,26 +1439,42 @@ def json_result(path: Path, forced: Optional[str] = None) -> Dict[str, Any]:
     out["error"] = cannot_check(exercise)
     if out["error"] is not None:
         return out
-    try:
-        out["unwritten"] = unwritten(source)
-    except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
-        pass  # load() below reports it, with the file's name and line
+    todo = pending(exercise, source)
+    out["unwritten"] = [m for methods in todo.values() for m in methods]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             module = load(path)
     except (Exception, SystemExit, TooSlow):
         out["error"] = import_error(path)
         return out
-    result = run_cases(module, exercise, every=True)
+    result = run_cases(module, exercise, every=True, unwritten=todo)
     functions = {}
     for name in result.total:
         failure = result.failures.get(name)
         functions[name] = {"passed": result.passed[name], "total": result.total[name],
+                           "score": round(result.score(name), 4), "not_written": result.unwritten.get(name, []),
                            "first_failure": failure.as_dict() if failure else None}
     passed, total = sum(result.passed.values()), sum(result.total.values())
+    score = sum(result.score(name) for name in result.total) / len(result.total) if result.total else 0.0
     out.update(status="pass" if passed == total else "fail", passed=passed, total=total,
-               score=round(passed / total, 4) if total else 0.0, functions=functions, notes=result.notes)
+               score=round(score, 4), functions=functions, notes=result.notes)
     return out
+
+
+def read_weights(text: str) -> Dict[str, float]:
+    """Exercise weights from ``NN=W`` items (``--weight 04=2``, or a ``--weights`` file: one
+    or more per line, ``#`` starts a comment). Raises ``ValueError``."""
+    weights: Dict[str, float] = {}
+    for item in re.sub(r"#.*", "", text).replace(",", " ").split():
+        number, _, weight = item.partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if number not in EXERCISES or not value >= 0:
+            raise ValueError(f"{item!r}: expected NN=W, an exercise NN of {', '.join(EXERCISES)} and a weight W >= 0")
+        weights[number] = value
+    return weights
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1374,14 +1493,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "module docstring 'Exercise NN', or a two-digit number in the file name)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object for autograders instead: every case is run; per file "
-                             "and per function, passed and total cases, and the first failure with its "
-                             "diagnosis")
+                             "and per function, passed and total cases, a score, and the first failure "
+                             "with its diagnosis")
+    parser.add_argument("--weights", metavar="FILE", type=Path,
+                        help="with --json: the weight of each exercise in the overall score, as NN=W "
+                             "items (e.g. a line 04=2; # comments); an exercise not named weighs 1")
+    parser.add_argument("--weight", metavar="NN=W", action="append", default=[],
+                        help="with --json: one exercise's weight (repeatable; overrides --weights)")
     args = parser.parse_args(argv)
     if args.json:
+        try:
+            weights = read_weights(args.weights.read_text(encoding="utf-8") if args.weights else "")
+            weights.update(read_weights(" ".join(args.weight)))
+        except (ValueError, OSError) as error:
+            parser.error(f"--weights/--weight: {error}")
         results = [json_result(path, args.exercise) for path in args.files]
+        for r in results:
+            r["weight"] = weights.get(r["exercise"], 1.0)
         passed, total = sum(r["passed"] for r in results), sum(r["total"] for r in results)
-        print(json.dumps({"passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0,
-                          "files": results}, indent=2))
+        weight = sum(r["weight"] for r in results)
+        score = sum(r["weight"] * r["score"] for r in results) / weight if weight else 0.0
+        print(json.dumps({"passed": passed, "total": total, "score": round(score, 4), "files": results},
+                         indent=2))
         if any(r["status"] == "error" and (r["exercise"] is None or cannot_check(EXERCISES[r["exercise"]]))
                for r in results):
             return 2
@@ -1398,13 +1531,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if reason is not None:
             print(f"racer-ref check: {reason}", file=sys.stderr)
             return 2
-        try:
-            todo = unwritten(source)
-        except (SyntaxError, ValueError):  # (Python 3.10 raises ValueError for a NUL byte)
-            todo = []  # load() below reports it, with its line
-        if todo:
-            print(f"exercise {exercise.number} ({exercise.title}): not written yet: "
-                  f"{', '.join(todo)} (a body is still `...`)")
+        todo = pending(exercise, source)
+        if len(todo) == len(exercise.names):  # nothing to check yet
+            print(f"exercise {exercise.number} ({exercise.title}): not written yet: {_todo(todo)}")
             status = 1
             continue
         try:
@@ -1416,7 +1545,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print("    " + line)
             status = 1
             continue
-        if not run_exercise(module, exercise, level=args.hint, path=path):
+        if not run_exercise(module, exercise, level=args.hint, path=path, unwritten=todo):
             status = 1
     return status
 

@@ -133,6 +133,19 @@ HINTS: Dict[str, Hint] = {
         "removing a slot that is on the list leaves the list broken (its neighbours are not patched).",
         "Unlinking a slot patches its newer and older neighbours to point at each other; at an "
         "end of the list it is head or tail that moves instead."),
+    "04.not_removed": Hint(
+        "remove(slot) left the slot on the list: a removed (evicted) slot must leave it.",
+        "After remove(slot), order() no longer lists the slot and `slot in lru` is False. Does "
+        "your remove unlink it, and does it also run when the slot is the head or the tail?"),
+    "04.cycle": Hint(
+        "the links of your list go round in a circle: walking from the head never reaches the "
+        "end, so order() never stops.",
+        "A slot that moves to the head must first be unlinked: its old neighbours point at each "
+        "other, and nothing points at it any more. Draw the newer/older arrows of the failing "
+        "operations: which slot is still linked from its old place?"),
+    "04.empty": Hint(
+        "a new list is not empty: before any touch, order() is [], len() 0 and both ends None.",
+        "What do head, tail and the size hold in __init__? Is every slot marked as off the list?"),
     "04.remove_absent": Hint(
         "removing a slot that is not on the list changed the list.",
         "remove of an absent slot must do nothing: how do you know a slot is on the list?"),
@@ -155,8 +168,19 @@ HINTS: Dict[str, Hint] = {
         "an observed token's row is empty: observe did not keep the row at that token.",
         "Every observed token id keeps a row: check that observe writes at the token's index."),
     "05.width": Hint(
-        "a row does not have k entries: the target's top-k ids are wider than the table.",
-        "observe may be given more than k columns; the table keeps the first k of each row."),
+        "a row has more than k ids: the table keeps only the first k columns of the target's top-k.",
+        "observe may be given more than k columns (k' >= k); only the first k of each row are "
+        "written. How many does your observe keep?"),
+    "05.row_short": Hint(
+        "row() returns fewer than k ids: the row is cut one short when it is read (its first ids "
+        "are right).",
+        "row(v) gives all k columns of v's row, best first. Where does your slice or loop in row "
+        "stop: at k, or at k - 1? (If row is right, print the table: did observe write k columns?)"),
+    "05.row_index": Hint(
+        "row(v) gives the row observed for a neighbouring token (v - 1 or v + 1): a token's index "
+        "is off by one between where observe writes and where row reads.",
+        "Token v's row lives at index v, from observe's write to row's read, with no + 1 or - 1 "
+        "(token 0 is a real token with row 0). Which of the two shifts it?"),
     "05.not_last": Hint(
         "a token observed twice keeps an older row: the last occurrence must win.",
         "observe walks the positions in order; the row of a token is the one from its latest "
@@ -284,6 +308,10 @@ HINTS: Dict[str, Hint] = {
     "09.wrong_child": Hint(
         "the walk takes a different child than the target predicts.",
         "The target's choice at u is predicted[u]; the child whose token equals it is accepted."),
+    "09.endless": Hint(
+        "your walk never ends: it keeps going without moving down the tree.",
+        "Each round of the walk either accepts a child and continues *from that child*, or "
+        "stops. After you accept a child, which node does the next round look at?"),
     # 10. KV compaction.
     "10.shape": Hint(
         "the result does not have L + len(accepted) slots along the sequence dimension.",
@@ -309,6 +337,11 @@ HINTS: Dict[str, Hint] = {
         "your code raised an exception on this case (its last lines are above, in your file).",
         "Call the function by hand in a Python shell with the inputs of the failing case and "
         "print the values just before the line that raised."),
+    "returned": Hint(
+        "your code returned something the checker cannot read as the answer (None: a missing "
+        "return? a number where a list is expected?).",
+        "Call the function by hand with the failing case's inputs and print what it returns; "
+        "compare its type and shape with the docstring's Returns."),
     "slow": Hint(
         "your code did not finish this case in time: a loop that never ends, or far more work "
         "than the exercise needs (the other cases of this function are not run).",
