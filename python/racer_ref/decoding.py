@@ -25,8 +25,8 @@ import torch
 from racer_ref.metrics import TIMING_KEYS, GenerationResult
 from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, OPTIONS, Options, resolve  # noqa: F401
 from racer_ref.sampling import sample, target_probs
-from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: the methods generate() accepts)
-from racer_ref.verify import accept_greedy, accept_sampling, argmax_from_topk, forward_prompt, keep_accepted
+from racer_ref.tree import METHODS, DraftTree, accept_greedy  # noqa: F401 (METHODS: the methods generate() accepts)
+from racer_ref.verify import accept_sampling, argmax_from_topk, forward_prompt, keep_accepted
 
 
 def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:

@@ -299,18 +299,17 @@ def leaf_paths(parents: np.ndarray, depths: np.ndarray) -> np.ndarray:
     return paths
 
 
-def greedy_accept(logits: Optional[np.ndarray], tree: DraftTree,
-                  predicted: Optional[Sequence[int]] = None) -> Tuple[List[int], int]:
+def accept_greedy(logits: Any, tree: DraftTree, predicted: Optional[Sequence[int]] = None) -> Tuple[List[int], int]:
     """Greedy acceptance by walking the tree (spec step 6), on numpy alone.
 
     At node u the target's choice is ``argmax(logits[u])``; if u has a child with that token
     we accept the child and continue from it, otherwise we stop. A trie has at most one child
     per token, so the walk is unique and finds the longest path the target agrees with.
-    :func:`racer_ref.verify.accept_greedy` runs this walk on the target's torch logits.
 
     Args:
-        logits: ``(n, vocab)`` numpy array (ignored when ``predicted`` is given).
-        predicted: ``argmax(logits[u])`` for every node, if the caller has it already.
+        logits: ``(n, vocab)``, a torch tensor (the verify pass's) or a numpy array.
+        predicted: ``argmax(logits[u])`` for every node if the caller has it already
+            (:func:`racer_ref.verify.argmax_from_topk`); computed here otherwise.
 
     Returns:
         ``(accepted, next_root)``: the accepted node indices root first (``accepted[0] == 0``,
@@ -318,7 +317,8 @@ def greedy_accept(logits: Optional[np.ndarray], tree: DraftTree,
         predicts, which is the next step's root.
     """
     if predicted is None:
-        predicted = np.asarray(logits).argmax(axis=-1).tolist()  # (n,) as a list of ints
+        # One device->host copy for the whole tree: n small ints.
+        predicted = logits.argmax(-1).tolist()  # (n,) as a list of ints (torch or numpy)
     accepted = [0]
     node = 0
     while True:

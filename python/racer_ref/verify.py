@@ -44,7 +44,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from racer_ref.tree import DraftTree, greedy_accept
+from racer_ref.tree import DraftTree, accept_greedy  # noqa: F401 (the walk of step 6 lives with the tree: numpy only)
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,7 +120,7 @@ def forward_tree(model: torch.nn.Module, cache, tree: DraftTree) -> torch.Tensor
     position_ids = (past_length + depths)[None]  # (1, n)
     # A lone root sees the whole prefix and itself: plain causal attention, so we let
     # transformers take its one-token path (no mask to build or add; plain decoding).
-    bias = None if len(tree) == 1 else tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
+    bias = None if tree.tokens.shape[0] == 1 else tree_attention_bias(tree_mask, past_length, model.dtype)  # (1, 1, n, L + n)
     out = model(
         input_ids=tokens[None],  # (1, n)
         attention_mask=bias,  # (1, 1, n, L + n), or None for a lone root
@@ -164,32 +164,6 @@ def argmax_from_topk(logits: torch.Tensor, topk_values: torch.Tensor, topk_ids: 
     if bool(unique.all()):
         return topk_ids[:, 0].tolist()
     return torch.where(unique, topk_ids[:, 0], logits.argmax(dim=-1)).tolist()
-
-
-def accept_greedy(
-    logits: torch.Tensor, tree: DraftTree, predicted: Optional[List[int]] = None
-) -> Tuple[List[int], int]:
-    """Greedy acceptance by walking the tree (spec step 6): the walk of
-    :func:`racer_ref.tree.greedy_accept` (numpy only) on the target's torch logits.
-
-    At node u the target's choice is ``argmax(logits[u])``; if u has a child with that token
-    we accept the child and continue from it, otherwise we stop. A trie has at most one child
-    per token, so the walk is unique and finds the longest path the target agrees with.
-
-    Args:
-        logits: ``(n, vocab)`` from :func:`forward_tree`.
-        predicted: ``argmax(logits[u])`` for every node if the caller has it already
-            (:func:`argmax_from_topk`); computed here otherwise.
-
-    Returns:
-        ``(accepted, next_root)``: the accepted node indices root first (``accepted[0] == 0``,
-        accepted length ``a = len(accepted) - 1``) and the token the last accepted node
-        predicts, which is the next step's root.
-    """
-    if predicted is None:
-        # One device->host copy for the whole tree: n small ints.
-        predicted = logits.argmax(dim=-1).tolist()  # (n,) as a list of ints
-    return greedy_accept(None, tree, predicted)
 
 
 def accept_sampling(

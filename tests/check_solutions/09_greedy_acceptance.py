@@ -1,8 +1,8 @@
-"""Exercise 09 answered by ``racer_ref.tree.greedy_accept`` (the walk of ``racer_ref.verify``)."""
+"""Exercise 09 answered by ``racer_ref.tree.accept_greedy`` (the walk of ``racer_ref.verify``)."""
 import numpy as np
 
 from racer_ref.reference.draft_tree import DraftTree
-from racer_ref.tree import greedy_accept as _accept
+from racer_ref.tree import accept_greedy as _accept
 
 
 def accept_greedy(predicted, tokens, parents):

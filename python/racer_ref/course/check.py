@@ -8,7 +8,7 @@ first divergence:
 1. the **named cases** the Rust core and the Python twin pass in the test suite
    (``racer_ref.course.cases``: hand-checked, with their derivation in comments), then
 2. **differential cases**: seeded random inputs on which the student's answer must equal
-   the Rust core's (for greedy acceptance, ``racer_ref.tree.greedy_accept``'s; for KV
+   the Rust core's (for greedy acceptance, ``racer_ref.tree.accept_greedy``'s; for KV
    compaction, ``racer_ref.verify``'s). Where the Rust core is not built (a source checkout
    with only numpy), the Python twin answers instead: the test suite holds the two
    identical. Exercise 10 compares against ``racer_ref.verify``, which needs torch: without
@@ -1006,18 +1006,18 @@ def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) ->
 
 
 def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
-    """Against ``racer_ref.tree.greedy_accept`` (the walk ``racer_ref.verify`` runs), given
+    """Against ``racer_ref.tree.accept_greedy`` (the walk ``racer_ref.verify`` runs), given
     one-hot numpy logits whose argmax is ``predicted``: numpy only, no torch."""
     from types import SimpleNamespace
 
     import numpy as np
 
-    from racer_ref.tree import greedy_accept
+    from racer_ref.tree import accept_greedy
 
     tree = SimpleNamespace(tokens=np.array(tokens), parents=np.array(parents))  # all the walk reads
     logits = np.zeros((len(predicted), max(list(predicted) + list(tokens)) + 1))
     logits[np.arange(len(predicted)), list(predicted)] = 1.0
-    want = greedy_accept(logits, tree)
+    want = accept_greedy(logits, tree)
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
     _expect_accept(_student_accept(mod, predicted, tokens, parents, what), want, parents, what)
 
