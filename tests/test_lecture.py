@@ -92,6 +92,20 @@ def test_every_shape_is_inside_its_slide_and_no_text_is_small(deck):
                 assert sizes and min(sizes) >= lecture.MIN_POINTS, (s.shapes.title.text, sizes)
 
 
+def test_both_title_slides_are_centred(deck, tmp_path):
+    """The title layout's placeholders are made for a 10-inch slide; both decks centre them on
+    their 13.333-inch slides (the lecture's and `make slides`'s)."""
+    import pptx
+
+    presentation, figures, _ = deck
+    syllabus = lecture._slides_module().parse((ROOT / "docs" / "syllabus.md").read_text(encoding="utf-8"))
+    course = pptx.Presentation(str(lecture._slides_module().build(syllabus, figures, tmp_path / "s.pptx")))
+    for deck_ in (presentation, course):
+        for shape in deck_.slides[0].placeholders:
+            assert shape.left + shape.width / 2 == pytest.approx(deck_.slide_width / 2, abs=EMU_PER_INCH / 100)
+            assert shape.width >= 11 * EMU_PER_INCH
+
+
 def test_the_lab_slide_names_exercises_that_exist():
     lab = next(s for s in lecture.LECTURE if s.title.startswith("The lab"))
     names = re.findall(r"\((\d\d_\w+\.py)\)", " ".join(lab.bullets))

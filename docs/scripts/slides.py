@@ -242,6 +242,10 @@ def build(syllabus: Syllabus, figures: Path, out: Path) -> Path:
     first.shapes.title.text = "Speculative decoding with RACER"
     first.placeholders[1].text = (f"A course in {len(syllabus.units)} units, with racer-ref\n"
                                   f"(slides built from the {syllabus.title.lower()} page)")
+    # The layout's placeholders are placed for a 10-inch slide: centre them on this one.
+    for shape, top in ((first.shapes.title, 2.0), (first.placeholders[1], 3.8)):
+        shape.left, shape.top = Inches(1.0), Inches(top)
+        shape.width, shape.height = deck.slide_width - Inches(2.0), Inches(1.6)
     if syllabus.overview:
         text(slide("The units"), syllabus.overview, 0.6, 12.1)
     for unit in syllabus.units:
