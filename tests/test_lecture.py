@@ -197,6 +197,21 @@ def test_the_rendered_deck_has_a_page_per_slide_none_blank_none_overflowing(deck
             assert _ink(image) > 0.02, f"{spec.title}: its figure {spec.figure} does not show"
 
 
+def test_the_course_deck_renders_too(deck, tmp_path):
+    """`make slides`'s deck (docs/scripts/slides.py), rendered the same way: a page per slide,
+    none blank, no text out of its box. (Its text-fit estimate once let unit 8's goals run
+    off the slide in LibreOffice.)"""
+    import pptx
+
+    _, figures, _ = deck
+    slides = lecture._slides_module()
+    syllabus = slides.parse((ROOT / "docs" / "syllabus.md").read_text(encoding="utf-8"))
+    path = slides.build(syllabus, figures, tmp_path / "racer-ref-slides.pptx")
+    pages = _render(path, tmp_path)
+    assert len(pages) == len(pptx.Presentation(str(path)).slides) == 22
+    assert _problems(pages) == []
+
+
 def test_the_rendering_check_sees_overflowing_text(deck, tmp_path, monkeypatch):
     """The check above would catch text running out of its box: a deck whose one slide holds
     far too much text (allowed at 12 pt here) is reported."""

@@ -174,12 +174,17 @@ def parse(text: str) -> Syllabus:
 
 
 # ------------------------------------------------------------------------------- the deck
+#: The mean width of a character in ems, for the text-fit estimate. The deck's font is the
+#: default theme's Calibri; LibreOffice without it renders DejaVu Sans, which is wider: at
+#: 0.46 unit 8's goals ran off the bottom of their slide there, at 0.5 every slide fits
+#: (tests/test_lecture.py renders both decks).
+CHAR_WIDTH = 0.5
 def _font_size(items: Sequence[str], width: float, height: float = 5.7) -> int:
     """The largest point size (12 to 28) at which ``items`` fit a box of ``width`` x
-    ``height`` inches, estimating a character at 0.46 times the size wide and a line at 1.2 sizes
+    ``height`` inches, estimating a character at CHAR_WIDTH times the size wide and a line at 1.2 sizes
     high, plus 8 pt after each paragraph."""
     for size in range(28, 12, -1):
-        per_line = max(1, int((width * 72 - 14) / (0.46 * size)))
+        per_line = max(1, int((width * 72 - 14) / (CHAR_WIDTH * size)))
         lines = sum(-(-(len(item) + 4) // per_line) for item in items)
         if lines * 1.2 * size + 8 * len(items) <= 0.9 * height * 72:
             return size
