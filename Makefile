@@ -209,3 +209,11 @@ site-check: docs
 SLIDES_OUT ?= slides-out
 slides: figures
 	$(PY) docs/scripts/slides.py --figures $(FIGURES_OUT) --out $(SLIDES_OUT)/racer-ref-slides.pptx
+
+# The one-day track's 75-minute lecture (docs/tracks.md), $(SLIDES_OUT)/racer-ref-lecture.pptx:
+# the site's figures (the automaton, the logits tree, the draft tree, its mask, the accept walk,
+# the KV cache, a timing plot) with speaker notes on every slide. Render it to check it:
+# soffice --headless --convert-to pdf --outdir $(SLIDES_OUT) $(SLIDES_OUT)/racer-ref-lecture.pptx
+.PHONY: lecture
+lecture: figures
+	$(PY) docs/scripts/lecture.py --figures $(FIGURES_OUT) --out $(SLIDES_OUT)/racer-ref-lecture.pptx

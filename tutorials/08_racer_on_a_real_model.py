@@ -111,8 +111,15 @@ print("\n" + result.text)
 # A small benchmark: plain greedy decoding through the same loop ("ar"), then RACER with a
 # small and the paper's capacity. Same prompts, same machine; a warm-up run first. The methods
 # take turns in two rounds and each keeps its faster run, so that load from other programs
-# (which comes and goes) hits them alike.
+# (which comes and goes) hits them alike. Other programs still slow RACER's many-token passes
+# more than the one-token steps of "ar": the load average before and after says whether they
+# ran, with the warning of `racer-ref demo` (racer_ref.harness.load) when the machine was busy.
+import os  # noqa: E402
+
+from racer_ref.harness.load import busy_warnings, load_average, load_report  # noqa: E402
+
 racer_ref.generate(model, tokenizer, prompt_ids["prose"], max_new_tokens=8, method="ar")
+load_before = load_average()
 RUNS = [("ar", 1), ("racer", 16), ("racer", 64)]
 rows = {}
 for _ in range(2):
@@ -123,6 +130,7 @@ for _ in range(2):
             seconds = time.perf_counter() - tic
             if (name, method, capacity) not in rows or seconds < rows[name, method, capacity][1]:
                 rows[name, method, capacity] = (r, seconds)
+load_after = load_average()
 print("\n── 4. Benchmark: 64 new tokens per prompt, CPU, 2 threads, fp32, greedy")
 print("  prompt  method (capacity)   steps   MAT   tokens/s   speedup   identical to ar")
 for (name, method, capacity), (r, seconds) in rows.items():
@@ -137,6 +145,9 @@ for (name, method, capacity), (r, seconds) in rows.items():
         print(f"  (speedup above the MAT: a measurement error on a busy machine; rerun when it is quiet)")
 same = all(r.token_ids == rows[name, "ar", 1][0].token_ids for (name, _, _), (r, _) in rows.items())
 print(f"  racer output identical to ar: {same}")
+print(f"  {load_report(load_before, load_after, os.cpu_count())}")
+for warning in busy_warnings(load_before, load_after, os.cpu_count()):
+    print(f"  warning: {warning}")
 assert same
 # --8<-- [end:bench]
 

@@ -15,6 +15,9 @@ file; nothing is committed as an image, so a figure cannot show an outdated algo
     figures/draft-tree.svg           a merged draft tree: sources and the accepted path
     figures/tree-mask.svg            its tree attention mask
     figures/acceptance.svg           MAT per method from docs/data/bench/*.jsonl, when present
+    figures/accept-walk.svg          greedy acceptance walking that draft tree (accept_greedy)
+    figures/timing.svg               milliseconds per token by phase, per method, of one
+                                     committed benchmark run (TIMING_RUN)
 
 For slides: ``python docs/hooks/figures.py --out DIR`` (or ``make figures``) writes each of
 them as PNG (200 dpi), SVG and PDF into DIR (``--formats``, ``--dpi`` to choose).
@@ -467,6 +470,123 @@ def tree_mask_figure():
     return fig
 
 
+def accept_walk_figure():
+    """Greedy acceptance on the draft tree of :func:`draft_tree_figure`: the walk of
+    ``racer_ref.verify.accept_greedy`` from the root along the target's argmax, each step
+    accepting the child that carries it, until no child does; that argmax is the bonus token.
+
+    The target's argmax at a node is the true continuation ``DRAFT_TRUTH`` at its depth (the
+    same stand-in for the model as the figures' table of top-k)."""
+    from matplotlib.patches import Patch
+
+    from racer_ref.verify import accept_greedy
+
+    tree, words, _ = example_draft_tree()
+    vocab = dict(zip(words, tree.tokens.tolist()))
+    truth = DRAFT_TRUTH.split()
+    # What the target predicts after each node: the true next word at that depth (-1: none).
+    predicted = [vocab.get(truth[d], -1) if d < len(truth) else -1 for d in tree.depths.tolist()]
+    accepted, next_root = accept_greedy(None, tree, predicted=predicted)
+    bonus = next(w for w in truth if vocab.get(w, -1) == next_root) if next_root in vocab.values() \
+        else truth[len(accepted) - 1]
+    parents = tree.parents.tolist()
+    x, depth = tree_layout(parents)
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [2.3, 1]})
+    for i, p in enumerate(parents):
+        if p >= 0:
+            on_path = i in accepted and p in accepted
+            ax.plot([x[p], x[i]], [-depth[p], -depth[i]], color="#aa3377" if on_path else "#bbbbbb",
+                    lw=3 if on_path else 1, zorder=1)
+    for i, w in enumerate(words):
+        walked = i in accepted
+        ax.scatter([x[i]], [-depth[i]], s=900, c="#f2d4e6" if walked else "white",
+                   edgecolors="#aa3377" if walked else "#999999", linewidths=2.5 if walked else 0.8, zorder=2)
+        ax.text(x[i], -depth[i], f"{i}\n{w}", ha="center", va="center", fontsize=7,
+                color="black" if walked else "#777777", zorder=3)
+    # The bonus token hangs under the last accepted node: not in the tree, the target's own choice.
+    last = accepted[-1]
+    bx, by = x[last], -depth[last] - 1
+    ax.plot([x[last], bx], [-depth[last], by], color="#aa3377", lw=1.5, ls="--", zorder=1)
+    ax.scatter([bx], [by], s=900, c="white", edgecolors="#aa3377", linewidths=1.5, linestyle="--", zorder=2)
+    ax.text(bx, by, f"bonus\n{bonus}", ha="center", va="center", fontsize=7, zorder=3)
+    for k, i in enumerate(accepted):
+        ax.text(x[i] - 0.42, -depth[i] + 0.22, str(k + 1), ha="center", va="center", fontsize=8,
+                color="white", zorder=4, bbox=dict(boxstyle="circle,pad=0.2", fc="#aa3377", ec="none"))
+    ax.set_xlim(x.min() - 0.8, x.max() + 0.6)
+    ax.set_ylim(-depth.max() - 1.5, 0.6)
+    ax.axis("off")
+    ax.legend(handles=[Patch(facecolor="#f2d4e6", edgecolor="#aa3377", lw=2.5, label="accepted (walked)"),
+                       Patch(facecolor="white", edgecolor="#999999", label="drafted, not accepted")],
+              loc="lower left", fontsize=8, frameon=False)
+    lines = []
+    for k, i in enumerate(accepted):
+        want = words[accepted[k + 1]] if k + 1 < len(accepted) else bonus
+        if k + 1 < len(accepted):
+            lines.append(f"{k + 1}. at node {i} '{words[i]}': argmax '{want}'\n"
+                         f"    child {accepted[k + 1]} carries it: accept")
+        else:
+            lines.append(f"{k + 1}. at node {i} '{words[i]}': argmax '{want}'\n"
+                         f"    no child carries it: stop")
+    lines.append(f"accepted a = {len(accepted) - 1} drafts: "
+                 f"'{' '.join(words[i] for i in accepted[1:])}'\n"
+                 f"+ the bonus token '{bonus}' = {len(accepted)} tokens\n"
+                 f"from one verify pass; '{bonus}' is the next root")
+    side.text(0.0, 1.0, "\n\n".join(lines), ha="left", va="top", fontsize=9, family="monospace",
+              transform=side.transAxes)
+    side.axis("off")
+    fig.suptitle("Greedy acceptance: walk down from the root along the target's argmax "
+                 "(racer_ref.verify.accept_greedy)", fontsize=10)
+    return fig
+
+
+#: The committed benchmark run that the timing figure shows (docs/data/bench/<name>/).
+TIMING_RUN = "humaneval-cpu-gqa"
+#: The phases of results.jsonl's ``timings`` (``other``: model.generate's baselines, which
+#: time only prefill and forward).
+TIMING_PHASES = ("prefill", "drafting", "forward", "acceptance", "bookkeeping", "other")
+
+
+def timing_figure(run: str = TIMING_RUN):
+    """Where the time goes, per method, in one committed benchmark run: milliseconds per new
+    token split into the decoding loop's phases (the ``timings`` of results.jsonl), with the
+    tokens per second, the speedup over ``ar`` and the MAT of each method."""
+    path = BENCH_DATA / run / "results.jsonl"
+    if not path.exists():
+        fig, ax = plt.subplots(figsize=(6, 1.2))
+        ax.text(0.5, 0.5, f"no benchmark results committed for {run} ({path.relative_to(ROOT)})",
+                ha="center", va="center", fontsize=9)
+        ax.axis("off")
+        return fig
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    tokens = {m: sum(r["new_tokens"] for r in rows if r["method"] == m) for m in methods}
+    per_token = {m: [1000 * sum(r["timings"].get(ph, 0.0) for r in rows if r["method"] == m) / tokens[m]
+                     for ph in TIMING_PHASES] for m in methods}
+    wall = {m: sum(r["wall_s"] for r in rows if r["method"] == m) for m in methods}
+    steps = {m: sum(r["steps"] for r in rows if r["method"] == m) for m in methods}
+    accepted = {m: sum(sum(r["accepted_lengths"] or []) for r in rows if r["method"] == m) for m in methods}
+    base = wall.get("ar", wall[methods[0]]) / tokens.get("ar", tokens[methods[0]])
+    colours = ["#bbbbbb", "#ccbb44", "#4477aa", "#228833", "#ee6677", "#66ccee"]
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(methods) + 1.6))
+    for j, ph in enumerate(TIMING_PHASES):
+        left = [sum(per_token[m][:j]) for m in methods]
+        ax.barh(methods, [per_token[m][j] for m in methods], left=left, color=colours[j], label=ph)
+    for i, m in enumerate(methods):
+        speedup = base / (wall[m] / tokens[m])
+        mat = (accepted[m] + steps[m]) / max(1, steps[m])
+        ax.text(sum(per_token[m]), i, f"  {tokens[m] / wall[m]:.1f} tok/s, {speedup:.2f}x ar, MAT {mat:.2f}",
+                va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(sum(v) for v in per_token.values()) * 1.55)
+    ax.set_xlabel("milliseconds per new token (all prompts pooled)")
+    prompts = len({r["prompt_id"] for r in rows})
+    ax.set_title(f"Where the time goes: {run}, {prompts} prompts, "
+                 f"{rows[0]['new_tokens']} new tokens each (docs/data/bench/{run})", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(TIMING_PHASES), fontsize=9, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 # --------------------------------------------------------------------------------------
 # 5. Acceptance from committed benchmark results (docs/data/bench/<name>/results.jsonl).
 # --------------------------------------------------------------------------------------
@@ -522,6 +642,8 @@ FIGURES: Dict[str, Callable[[], "plt.Figure"]] = {
     "figures/draft-tree.svg": draft_tree_figure,
     "figures/tree-mask.svg": tree_mask_figure,
     "figures/acceptance.svg": acceptance_figure,
+    "figures/accept-walk.svg": accept_walk_figure,
+    "figures/timing.svg": timing_figure,
 }
 
 

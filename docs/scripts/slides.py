@@ -174,12 +174,17 @@ def parse(text: str) -> Syllabus:
 
 
 # ------------------------------------------------------------------------------- the deck
+#: The mean width of a character in ems, for the text-fit estimate. The deck's font is the
+#: default theme's Calibri; LibreOffice without it renders DejaVu Sans, which is wider: at
+#: 0.46 unit 8's goals ran off the bottom of their slide there, at 0.5 every slide fits
+#: (tests/test_lecture.py renders both decks).
+CHAR_WIDTH = 0.5
 def _font_size(items: Sequence[str], width: float, height: float = 5.7) -> int:
     """The largest point size (12 to 28) at which ``items`` fit a box of ``width`` x
-    ``height`` inches, estimating a character at 0.46 times the size wide and a line at 1.2 sizes
+    ``height`` inches, estimating a character at CHAR_WIDTH times the size wide and a line at 1.2 sizes
     high, plus 8 pt after each paragraph."""
     for size in range(28, 12, -1):
-        per_line = max(1, int((width * 72 - 14) / (0.46 * size)))
+        per_line = max(1, int((width * 72 - 14) / (CHAR_WIDTH * size)))
         lines = sum(-(-(len(item) + 4) // per_line) for item in items)
         if lines * 1.2 * size + 8 * len(items) <= 0.9 * height * 72:
             return size
@@ -242,6 +247,10 @@ def build(syllabus: Syllabus, figures: Path, out: Path) -> Path:
     first.shapes.title.text = "Speculative decoding with RACER"
     first.placeholders[1].text = (f"A course in {len(syllabus.units)} units, with racer-ref\n"
                                   f"(slides built from the {syllabus.title.lower()} page)")
+    # The layout's placeholders are placed for a 10-inch slide: centre them on this one.
+    for shape, top in ((first.shapes.title, 2.0), (first.placeholders[1], 3.8)):
+        shape.left, shape.top = Inches(1.0), Inches(top)
+        shape.width, shape.height = deck.slide_width - Inches(2.0), Inches(1.6)
     if syllabus.overview:
         text(slide("The units"), syllabus.overview, 0.6, 12.1)
     for unit in syllabus.units:

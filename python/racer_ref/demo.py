@@ -16,6 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
+# The busy-machine rule, shared with ``racer-ref generate`` and tutorial 08
+# (``_load_average`` is looked up here at call time, so that tests can replace it).
+from racer_ref.harness.load import busy_warnings, load_report, timing_warnings  # noqa: F401
+from racer_ref.harness.load import load_average as _load_average
+
+
 class DemoPrompt(NamedTuple):
     """One prompt of the demo.
 
@@ -428,12 +434,8 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
     if "racer" in runner.controllers:
         console.print(runner.controllers["racer"].describe())
     cores = os.cpu_count()
-    console.print("load average (1 min): "
-                  + ", ".join(f"{'unknown' if v is None else f'{v:.2f}'} {when}"
-                              for v, when in ((load_before, "before"), (load_after, "after")))
-                  + f" the timed runs, {cores} CPUs")
-    known = [v for v in (load_before, load_after) if v is not None]
-    for warning in timing_warnings(max(known) if known else None, cores):
+    console.print(load_report(load_before, load_after, cores))
+    for warning in busy_warnings(load_before, load_after, cores):
         console.print(f"[bold yellow]warning:[/bold yellow] {warning}")
     console.print("MAT = mean tokens per verify step; speedup = greedy seconds per token / RACER's. "
                   "More: `racer-ref generate --trace \"...\"`, `racer-ref bench --help`.")
@@ -445,11 +447,6 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
     return rows
 
 
-def _load_average() -> Optional[float]:
-    """The 1-minute load average, or ``None`` where the system has none."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
 def _copied_from(copy_text: str, text: str, earlier_turns: Sequence[str], answers: Sequence[str]) -> str:
     """Which part of the conversation a copied run comes from, in words."""
     parts = [("the first answer" if len(answers) == 1 else "an earlier answer", a) for a in answers]
@@ -457,26 +454,6 @@ def _copied_from(copy_text: str, text: str, earlier_turns: Sequence[str], answer
     parts += [("an earlier user message", t) for t in earlier_turns]
     key = copy_text.strip()
     return next((name for name, part in parts if key and key in part), "the prompt")
-
-
-def timing_warnings(load_average: Optional[float], cores: Optional[int]) -> List[str]:
-    """Why the printed speedups may not be trusted, as sentences (empty when nothing is wrong).
-
-    Args:
-        load_average: the 1-minute load average after the runs (``None``: unknown);
-            cores: CPUs (``None``: unknown).
-
-    A busy machine is flagged: a load average above ``cores + 0.5`` (the demo's own threads
-    count for about ``cores``), which slows RACER's many-token verify passes more than
-    greedy's one-token steps. (The demo's baseline is ``model.generate`` on stock kernels, so
-    "a speedup above the MAT", the check ``racer-ref bench`` and ``racer-ref generate`` make
-    against our own ``ar``, does not apply here: our kernels alone make a pass faster.)
-    """
-    if load_average is not None and cores and load_average > cores + 0.5:
-        return [f"The machine was busy (load average {load_average:.1f} on {cores} CPUs) while this ran: "
-                "other work slows RACER's tree passes more than greedy's one-token steps, so these "
-                "speedups are not RACER's. Rerun on a quiet machine."]
-    return []
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

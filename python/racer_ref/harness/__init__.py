@@ -10,4 +10,6 @@ Serves the ``racer-ref`` command line and the benchmark scripts; it calls
   and forward-pass counting.
 * :mod:`racer_ref.harness.bench`: the runner behind ``racer-ref bench``.
 * :mod:`racer_ref.harness.trace`: per-step draft trees, drawn for the terminal, HTML or a picture.
+* :mod:`racer_ref.harness.load`: the load average and the busy-machine warning printed with
+  every timing (the demo, ``racer-ref generate``, tutorial 08).
 """
