@@ -6,7 +6,7 @@ carrying the predicted token, accept that child and continue from it; otherwise 
 last accepted node's prediction is the next root (the "bonus" token).
 
 Check your code:  racer-ref check exercises/09_greedy_acceptance.py
-(the named cases, then random trees and predictions against racer_ref.tree.greedy_accept,
+(the named cases, then random trees and predictions against racer_ref.tree.accept_greedy,
 the walk racer_ref.verify.accept_greedy runs; numpy only, no torch needed).
 """
 

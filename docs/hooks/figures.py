@@ -472,7 +472,7 @@ def tree_mask_figure():
 
 def accept_walk_figure():
     """Greedy acceptance on the draft tree of :func:`draft_tree_figure`: the walk of
-    ``racer_ref.verify.accept_greedy`` from the root along the target's argmax, each step
+    ``racer_ref.tree.accept_greedy`` from the root along the target's argmax, each step
     accepting the child that carries it, until no child does; that argmax is the bonus token.
 
     The target's argmax at a node is the true continuation ``DRAFT_TRUTH`` at its depth (the
@@ -535,7 +535,7 @@ def accept_walk_figure():
               transform=side.transAxes)
     side.axis("off")
     fig.suptitle("Greedy acceptance: walk down from the root along the target's argmax "
-                 "(racer_ref.verify.accept_greedy)", fontsize=10)
+                 "(racer_ref.tree.accept_greedy)", fontsize=10)
     return fig
 
 

@@ -158,7 +158,7 @@ LECTURE: List[Slide] = [
           takeaway="One pass gave the argmax at every node: follow it down while a child "
                    "carries it; 3 drafts and the bonus ';' make 4 tokens from one pass.",
           notes=(
-              "47-53 min. This is racer_ref.verify.accept_greedy on the draft tree of the "
+              "47-53 min. This is racer_ref.tree.accept_greedy on the draft tree of the "
               "previous slides (the figure is drawn by calling it). A trie has at most one "
               "child per token, so the walk is unique: no two paths are ever compared "
               "(instructor.md unit 8, question 4). The bonus token is the target's argmax at "

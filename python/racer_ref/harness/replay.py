@@ -139,7 +139,7 @@ def replay(rec: Recording, drafter: Any) -> List[int]:
     while j < n - 1:
         root = full[p + j]
         tree = clip_draft_tree(drafter.draft(root, last_topk=topk[p + j - 1]), n - j - 2)
-        # Greedy acceptance, as the loop does it (verify.accept_greedy); the target's choice
+        # Greedy acceptance, as the loop does it (tree.accept_greedy); the target's choice
         # after a node at depth d is the recorded token d + 1 places after the root (right
         # on the accepted path, which is the only place acceptance reads it).
         predicted = [full[p + j + 1 + int(d)] for d in tree.depths]
