@@ -206,7 +206,7 @@ lock-vllm:
 HANDOUT      ?= $(WHEEL_DIR)/racer-ref-handout.zip
 HANDOUT_ARGS ?=
 HANDOUT_PY   ?= $(if $(wildcard $(DEPS)),$(PY),$(BUILD_PY))
-handout: $(if $(wildcard $(DEPS)),,$(BUILD_DEPS))
+handout: $(if $(filter $(BUILD_PY),$(HANDOUT_PY)),$(BUILD_DEPS))
 	$(HANDOUT_PY) docs/scripts/handout.py --out $(HANDOUT) $(HANDOUT_ARGS)
 
 # torch's CPU-only build (about 200 MB instead of the 5.7 GB CUDA build from PyPI) into
