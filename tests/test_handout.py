@@ -141,19 +141,36 @@ def test_the_zip_holds_no_twin(zip_path: Path) -> None:
     assert recorded["format"] == FORMAT and recorded["exercises"] == [f"{n:02d}" for n in range(1, 11)]
 
 
-def test_the_build_refuses_a_file_that_defines_the_twin() -> None:
+def builder():
+    """docs/scripts/handout.py as a module."""
     sys.path.insert(0, str(ROOT / "docs" / "scripts"))
     try:
-        import handout as builder
+        import handout as module
     finally:
         sys.path.remove(str(ROOT / "docs" / "scripts"))
+    return module
+
+
+def test_the_readme_says_what_is_recorded_and_the_tutorials_can_stay_out() -> None:
+    answers = {"format": FORMAT, "exercises": NUMPY_ONLY, "answers": {},
+               "skipped": {"09": "needs torch", "10": "needs torch"}}
+    contents = builder().files(answers, tutorials=False)
+    readme = contents["README.md"]
+    assert "Recorded in this handout: exercises 01, 02, 03, 04, 05, 06, 07, 08. Not recorded: 09, 10 (" in readme
+    assert "Not in this handout" in readme
+    assert not [p for p in contents if p.startswith(("tutorials/", "notebooks/"))]
+    assert "exercises/09_greedy_acceptance.py" in contents
+
+
+def test_the_build_refuses_a_file_that_defines_the_twin() -> None:
+    builder_ = builder()
     twin = (ROOT / "python" / "racer_ref" / "reference" / "lru.py").read_text(encoding="utf-8")
     with pytest.raises(SystemExit, match="RecencyList"):
-        builder.check_no_twin({"exercises/04_lru.py": twin})
+        builder_.check_no_twin({"exercises/04_lru.py": twin})
     with pytest.raises(SystemExit, match="must not be in the handout"):
-        builder.check_no_twin({"racer_ref/reference/lru.py": "x = 1\n"})
+        builder_.check_no_twin({"racer_ref/reference/lru.py": "x = 1\n"})
     # An exercise's blank with the twin's name is no answer.
-    builder.check_no_twin({"exercises/05_copy_logit_table.py":
+    builder_.check_no_twin({"exercises/05_copy_logit_table.py":
                            (ROOT / "exercises" / "05_copy_logit_table.py").read_text(encoding="utf-8")})
 
 

@@ -238,7 +238,8 @@ def files(answers: Dict, tutorials: bool) -> Dict[str, str]:
     skipped = answers.get("skipped", {})
     out["README.md"] = README.format(
         recorded=", ".join(answers["exercises"]) or "none",
-        skipped="".join(f" Not recorded: {n} ({why})." for n, why in sorted(skipped.items())),
+        skipped=(f" Not recorded: {', '.join(sorted(skipped))} (they could not be checked where this handout "
+                 "was built, e.g. without torch: ask your teacher)." if skipped else ""),
         tutorials=TUTORIALS_INCLUDED if tutorials else TUTORIALS_LEFT_OUT)
     return out
 
