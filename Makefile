@@ -87,7 +87,7 @@ test-install:
 
 # The teacher's builds (docs: instructor guide, "Build and host the course in 15 minutes") need
 # neither torch nor the dev tools: a small environment, $(BUILD_VENV), holds numpy, maturin and
-# ziglang only (about 150 MB, a minute from PyPI), not the 6.5 GB of `make setup`. `make wheel`
+# ziglang only (about 550 MB, most of it zig; a minute from PyPI), not the 6.5 GB of `make setup`. `make wheel`
 # and `make handout` make it when needed; they also need cargo (rustup) for the wheel only.
 BUILD_VENV ?= .venv-build
 BUILD_PY    = $(BUILD_VENV)/bin/python
