@@ -209,7 +209,7 @@ HANDOUT_PY   ?= $(if $(wildcard $(DEPS)),$(PY),$(BUILD_PY))
 handout: $(if $(filter $(BUILD_PY),$(HANDOUT_PY)),$(BUILD_DEPS))
 	$(HANDOUT_PY) docs/scripts/handout.py --out $(HANDOUT) $(HANDOUT_ARGS)
 
-# torch's CPU-only build (about 200 MB instead of the 5.7 GB CUDA build from PyPI) into
+# torch's CPU-only build (a few hundred MB instead of the 5.7 GB CUDA build from PyPI) into
 # $(BUILD_VENV), for a handout that records exercises 09 and 10.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 build-torch-cpu: $(BUILD_DEPS)
