@@ -85,23 +85,32 @@ test-install:
 	@echo "core + hf install: $$(du -sh $(INSTALL_VENV) | cut -f1), $$($(INSTALL_VENV)/bin/python -m pip list --format=freeze | wc -l) packages"
 	rm -rf $(INSTALL_VENV)
 
+# The teacher's builds (docs: instructor guide, "Build and host the course in 15 minutes") need
+# neither torch nor the dev tools: a small environment, $(BUILD_VENV), holds numpy, maturin and
+# ziglang only (about 550 MB, most of it zig; a minute from PyPI), not the 6.5 GB of `make setup`. `make wheel`
+# and `make handout` make it when needed; they also need cargo (rustup) for the wheel only.
+BUILD_VENV ?= .venv-build
+BUILD_PY    = $(BUILD_VENV)/bin/python
+BUILD_DEPS  = $(BUILD_VENV)/.deps-installed
+ZIGLANG    ?= ziglang==0.17.1
+$(BUILD_DEPS):
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(WITH_LOCK) $(BUILD_PY) -m pip install --quiet --upgrade pip
+	$(WITH_LOCK) $(BUILD_PY) -m pip install --quiet numpy "maturin>=1.9,<2" "$(ZIGLANG)"
+	touch $@
+
 # A binary wheel for a class (docs: Course kit, "Publishing the wheel for a class"): students
 # pip install it without a Rust toolchain. One wheel for CPython 3.10 and later (pyo3's abi3),
 # tagged manylinux2014: it runs on Linux with glibc 2.17 or newer. A plain build links against
 # this machine's glibc (2.28+ symbols), so maturin links with zig (the ziglang package, in
-# .venv) against glibc 2.17, and its auditwheel check fails the build if the extension still
-# needs more than the tag allows. Written to $(WHEEL_DIR)/.
+# $(BUILD_VENV)) against glibc 2.17, and its auditwheel check fails the build if the extension
+# still needs more than the tag allows. Written to $(WHEEL_DIR)/.
 WHEEL_DIR ?= dist
-ZIGLANG   ?= ziglang==0.17.1
-ZIG_DEPS   = $(VENV)/.ziglang-installed
-$(ZIG_DEPS): | $(DEPS)
-	$(PY) -m pip install --quiet "$(ZIGLANG)"
-	touch $@
 
-wheel: setup $(ZIG_DEPS)
+wheel: $(BUILD_DEPS)
 	rm -f $(WHEEL_DIR)/racer_ref-*.whl
-	PATH=$(abspath $(VENV))/bin:$$PATH VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build --release --quiet \
-		--zig --compatibility manylinux2014 --auditwheel check --out $(WHEEL_DIR)
+	PATH=$(abspath $(BUILD_VENV))/bin:$$PATH VIRTUAL_ENV=$(abspath $(BUILD_VENV)) $(BUILD_VENV)/bin/maturin build \
+		--release --quiet --zig --compatibility manylinux2014 --auditwheel check --out $(WHEEL_DIR)
 	@ls -l $(WHEEL_DIR)/racer_ref-*.whl
 
 # The wheel in a new virtual environment whose PATH holds no Rust toolchain (only the
@@ -133,7 +142,7 @@ lock:
 	$(MAKE) test
 
 clean:
-	rm -rf target $(VENV) $(VLLM_VENV) site $(EXT) $(WHEEL_DIR)
+	rm -rf target $(VENV) $(BUILD_VENV) $(VLLM_VENV) site $(EXT) $(WHEEL_DIR)
 
 # ----------------------------------------------------------------------------- vLLM
 .PHONY: test-vllm lock-vllm
@@ -185,7 +194,26 @@ lock-vllm:
 	touch $(VLLM_DEPS)
 
 # ----------------------------------------------------------------------------- course kit
-.PHONY: notebooks figures site-check
+.PHONY: notebooks figures site-check handout build-torch-cpu
+
+# What a teacher gives students, $(HANDOUT): the exercise stubs, the tutorials and notebooks
+# (outputs cleared), and a checker that answers from recorded cases (docs/scripts/handout.py:
+# the reference's answers to every case, recorded here on tests/check_solutions/): no Python
+# twin, no Rust core, so no answers. Students need numpy only (torch for 09-10). Built with
+# .venv where `make setup` made it (all ten exercises recorded), else with $(BUILD_VENV)
+# (numpy: 01-08; `make build-torch-cpu` first adds torch's CPU build for 09-10).
+# HANDOUT_ARGS=--no-tutorials leaves the tutorials out.
+HANDOUT      ?= $(WHEEL_DIR)/racer-ref-handout.zip
+HANDOUT_ARGS ?=
+HANDOUT_PY   ?= $(if $(wildcard $(DEPS)),$(PY),$(BUILD_PY))
+handout: $(if $(filter $(BUILD_PY),$(HANDOUT_PY)),$(BUILD_DEPS))
+	$(HANDOUT_PY) docs/scripts/handout.py --out $(HANDOUT) $(HANDOUT_ARGS)
+
+# torch's CPU-only build (a few hundred MB instead of the 5.7 GB CUDA build from PyPI) into
+# $(BUILD_VENV), for a handout that records exercises 09 and 10.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+build-torch-cpu: $(BUILD_DEPS)
+	$(BUILD_PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX)
 
 # notebooks/*.ipynb from docs/tutorials/*.md (prose) and tutorials/*.py (code), executed (01-07).
 notebooks: setup

