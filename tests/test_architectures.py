@@ -306,3 +306,10 @@ def test_models_without_a_kv_cache_are_refused_by_the_probe(name: str):
     with pytest.raises(ValueError, match=f"model: {type(model).__name__} keeps no transformers KV cache"):
         generate(model, None, prompt_of(-3, 28), 40, callback=calls.append)
     assert calls == []
+
+
+def test_a_sliding_window_refusal_names_the_model():
+    config_class, model_class, kwargs, _ = REFUSALS["mistral-sliding"]
+    model = build(config_class, model_class, kwargs)
+    with pytest.raises(ValueError, match=r"DynamicSlidingWindowLayer is not supported .*\(model: MistralForCausalLM\)$"):
+        generate(model, None, prompt_of(1, 12), 8)

@@ -9,8 +9,8 @@ which is the solution of every exercise. The handout holds instead:
   and named cases) answering from ``racer_ref/course/recorded.json``, the reference's answers
   to every named and differential case, recorded here by running the checker on the
   instructor's solutions (``tests/check_solutions/``) with ``racer_ref.course.recorded``
-  between the checker and the reference (the Rust core where built, else the twin). Exercises
-  09 and 10 are recorded only where torch is installed (they are checked against
+  between the checker and the reference (the Rust core where built, else the twin). Exercise
+  10 is recorded only where torch is installed (it is checked against
   ``racer_ref.verify``); the others need numpy only;
 * ``tutorials/`` and ``notebooks/`` (outputs cleared): the reading; running them needs the
   racer-ref wheel, which holds the answers, so a teacher releases it after the exercises
@@ -26,7 +26,7 @@ defines a function or class of the twin (:func:`forbidden_definitions`).
     python docs/scripts/handout.py                       # or: make handout
     python docs/scripts/handout.py --out /tmp/h.zip --no-tutorials
 
-Needs numpy (and torch for exercises 09 and 10); runs from a source checkout.
+Needs numpy (and torch for exercise 10); runs from a source checkout.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ them with your code, then check it.
 
     python3 -m venv .venv
     . .venv/bin/activate            # Windows: .venv\\Scripts\\activate
-    pip install numpy               # exercises 01-08
-    pip install torch --index-url https://download.pytorch.org/whl/cpu   # 09-10 only (CPU build)
+    pip install numpy               # exercises 01-09
+    pip install torch --index-url https://download.pytorch.org/whl/cpu   # exercise 10 only (CPU build)
 
 ## Check an exercise
 

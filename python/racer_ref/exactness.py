@@ -88,7 +88,7 @@ class Plan:
     cause: Optional[str] = None
     switch: Tuple[int, ...] = ()
     rebuild: Optional[int] = None
-    key: Tuple[Any, ...] = ()
+    key: Tuple[Any, ...] = field(default=(), repr=False)
     device: torch.device = torch.device("cpu")
     error: float = float("nan")
     seconds: float = 0.0

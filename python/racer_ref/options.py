@@ -579,7 +579,7 @@ def make_cache(model: Any, cache: Any) -> Any:
                          "with full-attention layers")
     for layer in layout.layers:
         if type(layer) is not DynamicLayer:
-            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
+            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__) + f" (model: {type(model).__name__})")
     if cache is not None:
         return _given_cache(cache, len(layout.layers))
     if getattr(model, "racer_cpu_kernels", None) is not None:  # prepared by speed_up_model

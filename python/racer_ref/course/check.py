@@ -1180,6 +1180,10 @@ def cannot_check(exercise: Exercise) -> Optional[str]:
         try:
             importlib.import_module(name)
         except ImportError:
+            if REFERENCE is not None:  # a handout: the answers are recorded, the student's code needs torch
+                return (f"exercise {exercise.number} ({exercise.title}) works on {name} tensors, which are not "
+                        f"installed: if the handout's README lists {exercise.number} as recorded, install torch's "
+                        "CPU build (see the README); if not, this handout cannot check it: ask your teacher")
             return (f"exercise {exercise.number} ({exercise.title}) is checked against racer_ref.verify, "
                     f"which needs {name}: pip install 'racer-ref[hf]' (or torch alone)")
     return None
