@@ -540,12 +540,13 @@ class Automaton(NoCopy):
         root = check_token("root", None, int_value(root, "root"))
         capacity = check_capacity(capacity)
         self._check_intact()
-        return self.retrieve_trusted(root, capacity)
+        return self.retrieve_trusted(root, capacity, counted=True)
 
-    def retrieve_trusted(self, root: int, capacity: int) -> Tuple[List[List[int]], List[List[int]]]:
+    def retrieve_trusted(self, root: int, capacity: int, counted: bool = False) -> Tuple[List[List[int]], Any]:
         """``retrieve_counted()`` without the checks (the Rust core's ``retrieve_trusted``),
         for a caller that checked ``root``, ``capacity`` and ``_check_intact()`` itself:
-        the drafter, once per step."""
+        the drafter, once per step. The frequencies are for the acceptance estimates
+        alone: written when ``counted``, else ``None`` (the paper's step)."""
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
         # kept[r] = [token, depth, children ranks, freq]; rank 0 is the root, which stands
@@ -565,7 +566,7 @@ class Automaton(NoCopy):
                 self._offer_children(heap, rank, depth, nodes)
         # Depth-first walk of the kept tree, children in the order they were kept.
         paths: List[List[int]] = []
-        freqs: List[List[int]] = []
+        freqs: Optional[List[List[int]]] = [] if counted else None
         self._walk(kept, 0, [], paths, [], freqs)
         return paths, freqs
 
@@ -584,12 +585,14 @@ class Automaton(NoCopy):
 
     @classmethod
     def _walk(cls, kept: List[list], rank: int, prefix: List[int], out: List[List[int]],
-              freq_prefix: List[int], freqs_out: List[List[int]]) -> None:
+              freq_prefix: List[int], freqs_out: Optional[List[List[int]]]) -> None:
         path = prefix + [kept[rank][0]]
-        freqs = freq_prefix + [kept[rank][3]]
+        # The frequencies along the path, only when asked for (freqs_out not None).
+        freqs = freq_prefix if freqs_out is None else freq_prefix + [kept[rank][3]]
         if not kept[rank][2]:
             out.append(path)
-            freqs_out.append(freqs)
+            if freqs_out is not None:
+                freqs_out.append(freqs)
         for child in kept[rank][2]:
             cls._walk(kept, child, path, out, freqs, freqs_out)
 

@@ -367,7 +367,8 @@ class Drafter(NoCopy):
         freqs: list = []
         if self.automaton is not None:
             # "expected" retrieves at the drafter's capacity (see draft).
-            paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else capacity)
+            paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else capacity,
+                                                           counted=True)
         return self.estimator.draft(root, capacity, paths, freqs, self.table, root_row, expected=expected)
 
     @property
