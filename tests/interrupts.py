@@ -165,28 +165,28 @@ def double_interrupt_automaton() -> List[str]:
     """A second interrupt *during the rollback*: the automaton must say it is torn and name
     ``reset()`` on every later call, and work again after ``reset()``."""
     from racer_ref.reference import automaton as module
-    from racer_ref.reference.lru import RecencyList
+    from racer_ref.reference import undo
 
     failures: List[str] = []
-    original = RecencyList.restore
+    original = undo.restore
     calls = 0
 
-    def failing_restore(self, snapshot):
+    def failing_restore(lru, snapshot):
         nonlocal calls
         calls += 1
         if calls == 3:
             raise KeyboardInterrupt("second Ctrl-C, during the rollback")
-        original(self, snapshot)
+        original(lru, snapshot)
 
     victim = module.Automaton(12, 4)
     victim.extend(stream(0, 30, 3))
-    RecencyList.restore = failing_restore  # type: ignore[method-assign]
+    undo.restore = failing_restore
     try:
         fired = interrupt_at_line(400, lambda: victim.extend(stream(1, 6, 3)))
     except KeyboardInterrupt:
         fired = True  # the second interrupt propagated out of the rollback
     finally:
-        RecencyList.restore = original  # type: ignore[method-assign]
+        undo.restore = original
     if not fired or calls < 3:
         return [f"double interrupt: not set up as intended (fired={fired}, restores={calls})"]
     for name, call in (("extend", lambda: victim.extend([1])), ("retrieve", lambda: victim.retrieve(1, 4)),
@@ -275,23 +275,23 @@ def double_interrupt_drafter() -> List[str]:
     from racer_ref.reference.copy_logit import CopyLogitTable
     from racer_ref.reference.drafter import Drafter
 
-    from racer_ref.reference.lru import RecencyList
+    from racer_ref.reference import undo
 
     failures: List[str] = []
-    original = RecencyList.restore
+    original = undo.restore
 
-    def failing_restore(self, snapshot):
+    def failing_restore(lru, snapshot):
         raise KeyboardInterrupt("second Ctrl-C, during the rollback")
 
     d = Drafter("racer", vocab_size=6, capacity=8, breadth=2, ngram=4, max_nodes=12)
     d.commit(stream(0, 30, 4))
-    RecencyList.restore = failing_restore  # type: ignore[method-assign]
+    undo.restore = failing_restore
     try:
         interrupt_at_line(600, lambda: d.commit([1, 2, 3, 1, 2, 3]))
     except KeyboardInterrupt:
         pass
     finally:
-        RecencyList.restore = original  # type: ignore[method-assign]
+        undo.restore = original
     if not d._torn:
         return ["double interrupt (drafter): not set up as intended (not torn)"]
     for name, call in (("draft", lambda: d.draft(1)), ("commit", lambda: d.commit([1])),

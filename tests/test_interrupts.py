@@ -64,3 +64,36 @@ def test_drafter_operations_interrupted_at_every_line() -> None:
 
 def test_an_interrupted_drafter_rollback_is_detected_and_reset_recovers() -> None:
     assert interrupts.double_interrupt_drafter() == []
+
+
+def test_the_plain_commit_records_nothing_and_the_wrapper_leaves_nothing_behind() -> None:
+    # Issue 35, item 3: the undo is a wrapper (undo.all_or_nothing). The automaton's and the
+    # drafter's own commit (extend_trusted, Drafter._commit: the decoding loop's) run no
+    # line of undo.py, and after a wrapped call, completed or interrupted, the automaton
+    # holds its own step and its own recency list again.
+    import sys
+
+    import numpy as np
+
+    from racer_ref.reference import undo
+    from racer_ref.reference.automaton import Automaton
+    from racer_ref.reference.drafter import Drafter
+    from racer_ref.reference.lru import RecencyList
+
+    d = Drafter("racer", vocab_size=6, capacity=8, breadth=2, ngram=4, max_nodes=12)
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code.co_filename)
+                   if event == "call" else None)
+    try:
+        d.trusted_step(owned=True).commit(np.array(interrupts.stream(0, 40, 4)))
+        d.automaton.extend_trusted(interrupts.stream(1, 20, 4))
+    finally:
+        sys.setprofile(None)
+    assert undo.__file__ not in seen and d.num_committed == 40
+    for a in (Automaton(12, 4), d.automaton):
+        a.extend(interrupts.stream(2, 30, 3))
+        assert interrupts.interrupt_at_line(40, lambda: a.extend(interrupts.stream(3, 6, 3)))
+        assert "_extend_one" not in vars(a) and type(a._lru) is RecencyList
+    d.commit([1, 2, 3])
+    assert interrupts.interrupt_at_line(40, lambda: d.commit([1, 2, 3, 1, 2]))
+    assert "_extend_one" not in vars(d.automaton) and type(d.automaton._lru) is RecencyList

@@ -2,7 +2,8 @@
 
 The Rust list (``rust/src/lru.rs``) has the same cases as unit tests; here they run on the
 twin, plus a property test that drives the list and a Python list model with the same random
-operations, and the undo (``snapshot`` / ``restore``) interrupted at every line.
+operations, and the undo of touches and removals (``racer_ref.reference.undo``: ``WatchedList``,
+``snapshot``, ``restore``) interrupted at every line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import List, Optional
 from hypothesis import given
 from hypothesis import strategies as st
 
+from racer_ref.reference import undo as undo_module
 from racer_ref.reference.lru import RecencyList
 
 
@@ -126,11 +128,12 @@ def test_restore_undoes_touches_and_removes_in_reverse(start, ops) -> None:
         lru.touch(items[s])
     before = order(lru)
     undo: list = []
+    watched = undo_module.WatchedList(lru, undo)
     for op, s in ops:
         if op == "touch":
-            lru.touch(items[s], undo)
+            watched.touch(items[s])
         elif lru.contains(items[s]):
-            undo.append((lru.restore, (lru.snapshot(items[s]),)))
+            undo.append((undo_module.restore, (lru, undo_module.snapshot(lru, items[s]))))
             lru.remove(items[s])
     while undo:
         function, args = undo.pop()
@@ -152,7 +155,8 @@ def test_restore_after_a_touch_stopped_at_any_line() -> None:
                 lru.touch(item)
             before = order(lru)
             undo: list = []
-            fired = _interrupt_at_line(n, lambda: lru.touch(items[target], undo))
+            watched = undo_module.WatchedList(lru, undo)
+            fired = _interrupt_at_line(n, lambda: watched.touch(items[target]))
             if not fired:
                 # n is past the end of touch(): it completed; the sweep is over.
                 assert order(lru)[0] == target and n > 1

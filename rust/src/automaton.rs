@@ -253,7 +253,8 @@ pub struct Paths {
     pub starts: Vec<usize>,
     /// Parallel to `tokens`: the frequency of each node in the retrieval tree (the merged
     /// frequency it was selected with; for the root the largest border frequency, 0
-    /// without a border). Read by the acceptance estimates (`crate::expected_tree`).
+    /// without a border). Read by the acceptance estimates (`crate::expected_tree`) only,
+    /// so a drafter without them leaves it empty (the paper's step writes no frequency).
     pub freqs: Vec<u64>,
 }
 
@@ -969,13 +970,20 @@ impl Automaton {
     /// ```
     pub fn retrieve_into(&mut self, root: TokenId, capacity: usize, out: &mut Paths) -> Result<()> {
         check_capacity(i64::try_from(capacity).unwrap_or(i64::MAX))?;
-        self.retrieve_trusted(root, capacity, out);
+        self.retrieve_trusted(root, capacity, out, true);
         Ok(())
     }
 
     /// [`Automaton::retrieve_into`] for a capacity the caller has already checked (a
-    /// [`crate::drafter::Drafter`] checks its capacity once, when it is built).
-    pub(crate) fn retrieve_trusted(&mut self, root: TokenId, capacity: usize, out: &mut Paths) {
+    /// [`crate::drafter::Drafter`] checks its capacity once, when it is built). `counted`:
+    /// also write `out.freqs` (for the acceptance estimates); otherwise it is left empty.
+    pub(crate) fn retrieve_trusted(
+        &mut self,
+        root: TokenId,
+        capacity: usize,
+        out: &mut Paths,
+        counted: bool,
+    ) {
         debug_assert!(check_capacity(capacity as i64).is_ok());
         self.stats.retrieves += 1;
         // The scratch space is taken out of `self` for the call, so that `expand` can read
@@ -1043,7 +1051,7 @@ impl Automaton {
                 self.expand(&mut sc, rank, c.start as usize, c.len as usize, room);
             }
         }
-        Self::write_paths(&mut sc, out);
+        Self::write_paths(&mut sc, out, counted);
         self.scratch = sc;
     }
 
@@ -1124,8 +1132,9 @@ impl Automaton {
         sc.heap.push(sc.siblings[first]);
     }
 
-    /// The kept tree's root-to-leaf paths, depth-first, children in selection order.
-    fn write_paths(sc: &mut Scratch, out: &mut Paths) {
+    /// The kept tree's root-to-leaf paths, depth-first, children in selection order, and
+    /// when `counted` their nodes' frequencies.
+    fn write_paths(sc: &mut Scratch, out: &mut Paths, counted: bool) {
         out.tokens.clear();
         out.starts.clear();
         out.freqs.clear();
@@ -1146,7 +1155,9 @@ impl Automaton {
             if node.first_child == NO_RANK {
                 out.starts.push(out.tokens.len());
                 out.tokens.extend_from_slice(&sc.path);
-                out.freqs.extend_from_slice(&sc.path_freqs);
+                if counted {
+                    out.freqs.extend_from_slice(&sc.path_freqs);
+                }
                 continue;
             }
             // Push the children in reverse so that the first child is visited first.

@@ -41,25 +41,12 @@ use std::collections::VecDeque;
 
 use crate::copy_logit::CopyLogitTable;
 use crate::error::{Error, Result};
-use crate::logits_tree::{grow_logits_tree, GrowInto, Offer};
+use crate::logits_tree::{grow_logits_tree, GrowInto};
 use crate::{NodeId, TokenId, MAX_TOKEN_ID};
 
+pub use crate::logits_tree::Insert;
 pub use crate::{check_capacity, MAX_CAPACITY};
-
-/// `sources` value of the root (drafted by neither tree).
-pub const SOURCE_ROOT: u8 = 0;
-/// `sources` bit: the node came from the retrieval tree (or the PLD chain).
-pub const SOURCE_RETRIEVAL: u8 = 1;
-/// `sources` bit: the node came from the logits tree.
-pub const SOURCE_LOGITS: u8 = 2;
-/// `sources` value of a node proposed by both trees.
-///
-/// ```
-/// use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
-/// assert_eq!(SOURCE_BOTH & SOURCE_RETRIEVAL, SOURCE_RETRIEVAL);
-/// assert_eq!(SOURCE_BOTH & SOURCE_LOGITS, SOURCE_LOGITS);
-/// ```
-pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
+pub use crate::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT};
 
 /// "No node" in the arena links.
 const NONE: NodeId = u32::MAX;
@@ -89,33 +76,6 @@ impl Node {
             next_sibling: NONE,
         }
     }
-}
-
-/// What [`TreeBuilder::insert_child`] did.
-///
-/// ```
-/// use racer_ref::draft_tree::{Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
-/// let mut b = TreeBuilder::new();
-/// b.reset(0, 2)?;
-/// assert_eq!(b.insert_child(0, 5, SOURCE_RETRIEVAL), Insert::Added(1));
-/// // The same child again costs nothing; it is now drafted by both trees.
-/// assert_eq!(b.insert_child(0, 5, SOURCE_LOGITS), Insert::Existing { node: 1, had: SOURCE_RETRIEVAL });
-/// assert_eq!(b.insert_child(0, 6, SOURCE_LOGITS), Insert::Full); // capacity 2 is reached
-/// # Ok::<(), racer_ref::error::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Insert {
-    /// A new node was created (it cost one unit of budget).
-    Added(NodeId),
-    /// The child already existed (it cost nothing).
-    Existing {
-        /// The existing child.
-        node: NodeId,
-        /// Its source bits before this insertion.
-        had: u8,
-    },
-    /// The child does not exist and the tree is full.
-    Full,
 }
 
 /// A draft tree flattened breadth-first, root first (step 4): the arrays of
@@ -321,7 +281,8 @@ impl TreeBuilder {
 
     /// Find or create the child (`parent`, `token`) and add `source` to its source bits.
     /// Only a new node costs budget, so an existing child is found even when the tree is
-    /// full; see [`Insert`].
+    /// full; see [`Insert`]. The one way into the tree: the retrieval paths, the logits
+    /// tree (through [`GrowInto`]) and the expected tree all insert with it, as in the twin.
     pub fn insert_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> Insert {
         if let Some(c) = self.child(parent, token) {
             let node = &mut self.nodes[c as usize];
@@ -529,21 +490,8 @@ impl GrowInto for TreeBuilder {
     }
 
     #[inline]
-    fn offer(&mut self, parent: NodeId, token: TokenId) -> Offer {
-        match self.child(parent, token) {
-            Some(c) => {
-                let node = &mut self.nodes[c as usize];
-                // Already a logits node: the same id twice in one row. Otherwise it came
-                // from retrieval and becomes "both", at no cost.
-                if node.source & SOURCE_LOGITS != 0 {
-                    Offer::Repeated
-                } else {
-                    node.source |= SOURCE_LOGITS;
-                    Offer::Merged(c)
-                }
-            }
-            None => Offer::Added(self.push_child(parent, token, SOURCE_LOGITS)),
-        }
+    fn insert_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> Insert {
+        TreeBuilder::insert_child(self, parent, token, source)
     }
 }
 

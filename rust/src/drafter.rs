@@ -600,7 +600,10 @@ impl Drafter {
         let expected = self.config.tree == TreeKind::Expected;
         if let Some(automaton) = self.automaton.as_mut() {
             let budget = if expected { self.capacity } else { capacity };
-            automaton.retrieve_trusted(root, budget, &mut self.paths);
+            // The paths' frequencies are for the estimates alone: the paper's step (no
+            // estimator attached) does not write them.
+            let counted = self.estimator.is_some();
+            automaton.retrieve_trusted(root, budget, &mut self.paths, counted);
         } else {
             self.paths.tokens.clear();
             self.paths.starts.clear();

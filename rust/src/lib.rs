@@ -126,6 +126,25 @@ pub type NodeId = u32;
 /// The largest token id any structure accepts (ids are 32-bit).
 pub const MAX_TOKEN_ID: TokenId = u32::MAX;
 
+// The draft tree's `sources` values (the twin's are in `racer_ref/tree.py`), here so that
+// `logits_tree` and `draft_tree` share them without importing each other both ways;
+// `draft_tree` re-exports them.
+
+/// `sources` value of the root (drafted by neither tree).
+pub const SOURCE_ROOT: u8 = 0;
+/// `sources` bit: the node came from the retrieval tree (or the PLD chain).
+pub const SOURCE_RETRIEVAL: u8 = 1;
+/// `sources` bit: the node came from the logits tree.
+pub const SOURCE_LOGITS: u8 = 2;
+/// `sources` value of a node proposed by both trees.
+///
+/// ```
+/// use racer_ref::draft_tree::{SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// assert_eq!(SOURCE_BOTH & SOURCE_RETRIEVAL, SOURCE_RETRIEVAL);
+/// assert_eq!(SOURCE_BOTH & SOURCE_LOGITS, SOURCE_LOGITS);
+/// ```
+pub const SOURCE_BOTH: u8 = SOURCE_RETRIEVAL | SOURCE_LOGITS;
+
 /// The largest accepted capacity `C`: nodes of a draft tree, root included (tokens per
 /// verify pass; the paper uses 64). Also bounds a retrieval tree, which is part of a draft
 /// tree. The tree attention mask has `C^2` entries, so this bounds its memory (16 MiB).

@@ -11,12 +11,13 @@
 //! it, not the other way round). Conceptually the logits tree is an endless breadth-first
 //! sequence of (parent, token) candidates; we walk it and stop the moment the tree is full:
 //!
-//! * a new candidate costs one unit of budget and is queued for expansion ([`Offer::Added`]);
+//! * a new candidate costs one unit of budget and is queued for expansion ([`Insert::Added`]);
 //! * a candidate that already exists (same parent, same token) costs nothing, is not
 //!   duplicated, gains the logits bit (retrieval becomes "both") and is queued too, so the
-//!   logits tree keeps growing beneath retrieval nodes ([`Offer::Merged`]);
+//!   logits tree keeps growing beneath retrieval nodes ([`Insert::Existing`] without the
+//!   logits bit before);
 //! * a node the logits tree already expanded (a repeated id within one row) is skipped
-//!   ([`Offer::Repeated`]).
+//!   ([`Insert::Existing`] that had the logits bit already).
 //!
 //! Last-logit mode (ablation): the root's children come from `root_topk`, the top-k ids of
 //! the logits that produced the root, instead of the root's table row; deeper nodes use the
@@ -25,7 +26,7 @@
 use std::collections::VecDeque;
 
 use crate::copy_logit::CopyLogitTable;
-use crate::{NodeId, TokenId};
+use crate::{NodeId, TokenId, SOURCE_LOGITS};
 
 /// Breadth of child `j` (0-based rank) of a node with breadth `b` (paper Eq. 3):
 /// `max(1, floor(b / 2^(j + [parent is not root])))`.
@@ -50,16 +51,32 @@ pub fn child_breadth(b: usize, j: usize, parent_is_root: bool) -> usize {
     }
 }
 
-/// What became of a candidate (parent, token) offered to the tree (see the module docs).
+/// What [`GrowInto::insert_child`] did (the draft tree's
+/// [`crate::draft_tree::TreeBuilder::insert_child`]).
+///
+/// ```
+/// use racer_ref::draft_tree::{Insert, TreeBuilder, SOURCE_LOGITS, SOURCE_RETRIEVAL};
+/// let mut b = TreeBuilder::new();
+/// b.reset(0, 2)?;
+/// assert_eq!(b.insert_child(0, 5, SOURCE_RETRIEVAL), Insert::Added(1));
+/// // The same child again costs nothing; it is now drafted by both trees.
+/// assert_eq!(b.insert_child(0, 5, SOURCE_LOGITS), Insert::Existing { node: 1, had: SOURCE_RETRIEVAL });
+/// assert_eq!(b.insert_child(0, 6, SOURCE_LOGITS), Insert::Full); // capacity 2 is reached
+/// # Ok::<(), racer_ref::error::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    /// A new node was created (it cost one unit of budget); it will be expanded.
+pub enum Insert {
+    /// A new node was created (it cost one unit of budget).
     Added(NodeId),
-    /// The node was already in the tree from retrieval only: free, now marked as drafted
-    /// by both trees, and it will be expanded.
-    Merged(NodeId),
-    /// The logits tree had already put this node in (a repeated id in one row): skipped.
-    Repeated,
+    /// The child already existed (it cost nothing).
+    Existing {
+        /// The existing child.
+        node: NodeId,
+        /// Its source bits before this insertion.
+        had: u8,
+    },
+    /// The child does not exist and the tree is full.
+    Full,
 }
 
 /// What the logits tree needs from the tree it grows into. Node 0 is the root.
@@ -67,18 +84,21 @@ pub enum Offer {
 /// ```
 /// use std::collections::VecDeque;
 /// use racer_ref::copy_logit::CopyLogitTable;
-/// use racer_ref::logits_tree::{grow_logits_tree, GrowInto, Offer};
+/// use racer_ref::logits_tree::{grow_logits_tree, GrowInto, Insert};
 /// use racer_ref::{NodeId, TokenId};
 ///
-/// /// A minimal tree: (parent, token) per node, no merging of retrieval nodes.
+/// /// A minimal tree: (parent, token) per node, every node from the logits tree.
 /// struct Edges(Vec<(NodeId, TokenId)>, usize);
 /// impl GrowInto for Edges {
 ///     fn is_full(&self) -> bool { self.0.len() >= self.1 }
 ///     fn token(&self, u: NodeId) -> TokenId { self.0[u as usize].1 }
-///     fn offer(&mut self, parent: NodeId, token: TokenId) -> Offer {
-///         if self.0.contains(&(parent, token)) { return Offer::Repeated; }
+///     fn insert_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> Insert {
+///         if let Some(node) = self.0.iter().position(|&e| e == (parent, token)) {
+///             return Insert::Existing { node: node as NodeId, had: source };
+///         }
+///         if self.is_full() { return Insert::Full; }
 ///         self.0.push((parent, token));
-///         Offer::Added(self.0.len() as NodeId - 1)
+///         Insert::Added(self.0.len() as NodeId - 1)
 ///     }
 /// }
 /// let mut table = CopyLogitTable::new(10, 2)?;
@@ -93,9 +113,9 @@ pub trait GrowInto {
     fn is_full(&self) -> bool;
     /// The token of node `u`.
     fn token(&self, u: NodeId) -> TokenId;
-    /// Offer the child (`parent`, `token`) as a logits-tree node. Called only when the tree
-    /// is not full, so a new node always fits.
-    fn offer(&mut self, parent: NodeId, token: TokenId) -> Offer;
+    /// Find or create the child (`parent`, `token`) and add `source` to its source bits
+    /// (see [`Insert`]). The logits tree calls it only when the tree is not full.
+    fn insert_child(&mut self, parent: NodeId, token: TokenId, source: u8) -> Insert;
 }
 
 /// Grow the logits tree into `tree` (root = node 0) until the tree is full or no node is
@@ -143,9 +163,16 @@ pub fn grow_logits_tree<T: GrowInto>(
                 break 'bfs;
             }
             let cb = child_breadth(b, j, u == 0);
-            match tree.offer(u, t) {
-                Offer::Added(c) | Offer::Merged(c) => queue.push_back((c, cb)),
-                Offer::Repeated => {}
+            match tree.insert_child(u, t, SOURCE_LOGITS) {
+                // A new node (one unit of budget), or a retrieval node now "both" (free):
+                // expand it later.
+                Insert::Added(c) => queue.push_back((c, cb)),
+                Insert::Existing { node, had } if had & SOURCE_LOGITS == 0 => {
+                    queue.push_back((node, cb))
+                }
+                // The logits tree had put it in already (a repeated id in one row): skip.
+                // (Full cannot happen: the tree was not full above.)
+                Insert::Existing { .. } | Insert::Full => {}
             }
         }
     }

@@ -15,7 +15,9 @@ API (shared with ``racer_ref.Automaton``):
 
 Every public operation is all-or-nothing: an exception raised inside it, a ``KeyboardInterrupt``
 (Ctrl-C in a notebook) included, leaves the automaton exactly as it was before the call
-(Part 7). The recency list is an explicit O(1) doubly linked list, ``lru.RecencyList``.
+(Part 7; the undo is a wrapper, ``undo.all_or_nothing``: the code below is the algorithm
+alone and records nothing). The recency list is an explicit O(1) doubly linked list,
+``lru.RecencyList``.
 
 Run ``python -m racer_ref.reference.automaton`` for a walkthrough that prints each stage.
 """
@@ -40,7 +42,7 @@ from racer_ref.reference.limits import (
     int_value,
 )
 from racer_ref.reference.lru import RecencyList
-from racer_ref.reference.undo import UndoLog, all_or_nothing, check_intact
+from racer_ref.reference.undo import all_or_nothing, check_intact
 
 #: Number of failure-link epochs; token ``t`` uses epoch ``t % EPOCH_SLOTS``.
 EPOCH_SLOTS = 1024
@@ -284,27 +286,17 @@ class Automaton(NoCopy):
         # Compute first: check every token (this may raise; nothing has changed yet).
         tokens = _read_tokens(tokens)
         self._check_intact()
-        # Then apply, writing down how to undo each change before making it (Part 7).
-        all_or_nothing(self, lambda undo: self._extend_logged(tokens, undo))
+        # Then apply, watched by the undo module, which takes every change back if the
+        # call is interrupted (Part 7).
+        all_or_nothing(self, self.extend_trusted, tokens)
 
-    def _extend_logged(self, tokens: List[int], undo: "UndoLog") -> None:
-        """Commit checked ``tokens``, logging in ``undo`` how to take every change back."""
-        # The small fields are saved whole, once per call: windows and the matching state
-        # (each step assigns new ones, so keeping the old objects is enough), the node
-        # count, the counters and the failure-link epochs (a copy of 1,024 ints).
-        undo.append((self._restore_fields, (
-            self._windows, self._matching, self._len, dict(self._stats), list(self._epochs)
-        )))
+    def extend_trusted(self, tokens: List[int]) -> None:
+        """``extend()`` for a list of checked ints, without the checks and without the undo
+        (the Rust core's ``extend``): the drafter's commit."""
         for token in tokens:
-            self._extend_one(token, undo)
+            self._extend_one(token)
 
-    def _restore_fields(self, windows, matching, length, stats, epochs) -> None:  # type: ignore[no-untyped-def]
-        """Undo: put back the fields saved at the start of the call."""
-        self._windows, self._matching, self._len, self._stats, self._epochs = (
-            windows, matching, length, stats, epochs
-        )
-
-    def _extend_one(self, token: int, undo: "UndoLog") -> None:
+    def _extend_one(self, token: int) -> None:
         self._stats["committed_tokens"] += 1
         # The windows of the next step; windows[0] (the empty string) is always the root.
         new_windows: List[Optional[_Node]] = [None] * (self.ngram + 1)
@@ -317,19 +309,18 @@ class Automaton(NoCopy):
                 continue
             child = window.children.get(token)
             if child is not None:
-                # Seen before: one more occurrence (the undo puts the old count back).
-                undo.append((_set_freq, (child, child.freq)))
+                # Seen before: one more occurrence.
                 child.freq += 1
             else:
                 if self._len == self.max_nodes:
                     # Full. I first make the window's own path the most recent, so that the
                     # victim is not on it: that path has at most ngram - 1 nodes and the
                     # trie holds max_nodes >= ngram of them, so the least recent is elsewhere.
-                    self._touch_path(window, undo)
-                    self._evict_lru_leaf(undo)
-                child = self._insert(window, token, undo)
+                    self._touch_path(window)
+                    self._evict_lru_leaf()
+                child = self._insert(window, token)
             # Child first, then its ancestors: a parent is never less recent than a child.
-            self._touch_path(child, undo)
+            self._touch_path(child)
             new_windows[i + 1] = child
         self._windows = new_windows
         # The matching state is the longest open window (a later eviction in this step
@@ -341,12 +332,10 @@ class Automaton(NoCopy):
                 self._matching = window
                 break
 
-    def _insert(self, parent: _Node, token: int, undo: "UndoLog") -> _Node:
+    def _insert(self, parent: _Node, token: int) -> _Node:
         """Create the child ``token`` of ``parent`` with frequency 1."""
         child = _Node(token, parent, parent.depth + 1)
         child.freq = 1
-        # Undo: drop the entry again (pop with a default: fine if we never got to add it).
-        undo.append((parent.children.pop, (token, None)))
         parent.children[token] = child
         # A new string ending in `token` may be a longer proper suffix of some node's
         # string, so failure links of nodes ending in `token` may change (Part 3).
@@ -432,25 +421,21 @@ class Automaton(NoCopy):
     # invariant after every operation.)
     # ==================================================================================
 
-    def _touch_path(self, node: _Node, undo: "UndoLog") -> None:
+    def _touch_path(self, node: _Node) -> None:
         """Make ``node`` and then each of its ancestors the most recent (root excluded)."""
         touch = self._lru.touch
         while node.parent is not None:
-            # To the head (a new node joins the list here); the undo log gets the links
-            # this touch will change, before it changes them (Part 7).
-            touch(node, undo)
+            # To the head (a new node joins the list here).
+            touch(node)
             node = node.parent
 
-    def _evict_lru_leaf(self, undo: "UndoLog") -> None:
+    def _evict_lru_leaf(self) -> None:
         """Recycle the least recently used node (a leaf, by the touch order)."""
         victim = self._lru.least_recent()
         # Never true if the touches are right; a plain `if`, so `python -O` keeps it.
         if victim is None or victim.children:
             raise RuntimeError("the LRU tail must be a leaf (a bug in the twin: please report it)")
-        undo.append((self._lru.restore, (self._lru.snapshot(victim),)))
         self._lru.remove(victim)
-        # Undo: hang the victim back under its parent and mark it alive (Part 7).
-        undo.append((_revive, (victim,)))
         del victim.parent.children[victim.token]  # type: ignore[union-attr]
         # A string ending in victim.token vanished: links that pointed at it are stale.
         self._epochs[victim.token % EPOCH_SLOTS] += 1
@@ -555,12 +540,13 @@ class Automaton(NoCopy):
         root = check_token("root", None, int_value(root, "root"))
         capacity = check_capacity(capacity)
         self._check_intact()
-        return self.retrieve_trusted(root, capacity)
+        return self.retrieve_trusted(root, capacity, counted=True)
 
-    def retrieve_trusted(self, root: int, capacity: int) -> Tuple[List[List[int]], List[List[int]]]:
+    def retrieve_trusted(self, root: int, capacity: int, counted: bool = False) -> Tuple[List[List[int]], Any]:
         """``retrieve_counted()`` without the checks (the Rust core's ``retrieve_trusted``),
         for a caller that checked ``root``, ``capacity`` and ``_check_intact()`` itself:
-        the drafter, once per step."""
+        the drafter, once per step. The frequencies are for the acceptance estimates
+        alone: written when ``counted``, else ``None`` (the paper's step)."""
         self._stats["retrieves"] += 1
         borders = self._collect_borders(root)
         # kept[r] = [token, depth, children ranks, freq]; rank 0 is the root, which stands
@@ -580,7 +566,7 @@ class Automaton(NoCopy):
                 self._offer_children(heap, rank, depth, nodes)
         # Depth-first walk of the kept tree, children in the order they were kept.
         paths: List[List[int]] = []
-        freqs: List[List[int]] = []
+        freqs: Optional[List[List[int]]] = [] if counted else None
         self._walk(kept, 0, [], paths, [], freqs)
         return paths, freqs
 
@@ -599,12 +585,14 @@ class Automaton(NoCopy):
 
     @classmethod
     def _walk(cls, kept: List[list], rank: int, prefix: List[int], out: List[List[int]],
-              freq_prefix: List[int], freqs_out: List[List[int]]) -> None:
+              freq_prefix: List[int], freqs_out: Optional[List[List[int]]]) -> None:
         path = prefix + [kept[rank][0]]
-        freqs = freq_prefix + [kept[rank][3]]
+        # The frequencies along the path, only when asked for (freqs_out not None).
+        freqs = freq_prefix if freqs_out is None else freq_prefix + [kept[rank][3]]
         if not kept[rank][2]:
             out.append(path)
-            freqs_out.append(freqs)
+            if freqs_out is not None:
+                freqs_out.append(freqs)
         for child in kept[rank][2]:
             cls._walk(kept, child, path, out, freqs, freqs_out)
 
@@ -663,11 +651,13 @@ class Automaton(NoCopy):
     # ==================================================================================
     # Part 7. All or nothing: an interrupted call changes nothing.
     #
-    # extend() logs the undo of every change before making it, and runs through
-    # ``undo.all_or_nothing``: interrupted anywhere (a Ctrl-C in a notebook), the log is
-    # played backwards and the automaton is exactly as before the call. A second
-    # interrupt during that rollback leaves it *torn*: every call then raises a
-    # RuntimeError naming reset(). The machinery, and why it works, is in ``undo``.
+    # extend() runs its change through ``undo.all_or_nothing``, a wrapper that logs the undo
+    # of every change before it is made (the code above records nothing: the wrapper saves
+    # the windows' children before each _extend_one and watches the recency list):
+    # interrupted anywhere (a Ctrl-C in a notebook), the log is played backwards and the
+    # automaton is exactly as before the call. A second interrupt during that rollback
+    # leaves it *torn*: every call then raises a RuntimeError naming reset(). The
+    # machinery, and why it works, is in ``undo``.
     #
     # Queries (retrieve, borders, dump) only fill the failure-link cache and count; a
     # cached link is valid or marked stale at every line, so they need no undo log.
@@ -727,17 +717,6 @@ class Automaton(NoCopy):
         for node in [self._matching] + [w for w in self._windows if w is not None and w.alive]:
             if node is not self._root and node.parent.children.get(node.token) is not node:  # type: ignore[union-attr]
                 raise RuntimeError(f"windows: {node.path()} is not in the trie")
-
-
-def _set_freq(node: _Node, freq: int) -> None:
-    """Undo of a frequency increment: put the old count back."""
-    node.freq = freq
-
-
-def _revive(node: _Node) -> None:
-    """Undo of an eviction: hang ``node`` back under its parent and mark it alive."""
-    node.parent.children[node.token] = node  # type: ignore[union-attr]
-    node.alive = True
 
 
 # ======================================================================================

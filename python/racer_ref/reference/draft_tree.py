@@ -47,7 +47,7 @@ from racer_ref.reference.limits import (
     check_capacity,
     int_value,
 )
-from racer_ref.reference.logits_tree import ADDED, MERGED, REPEATED, grow_logits_tree
+from racer_ref.reference.logits_tree import grow_logits_tree
 from racer_ref.tree import (SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT,  # noqa: F401
                             DraftTree, tree_attention_mask)
 
@@ -96,6 +96,8 @@ class TreeBuilder:
 
     def insert_child(self, parent: int, token: int, source: int) -> tuple[Optional[int], Optional[int]]:
         """Find or create the child (``parent``, ``token``); add ``source`` to its bits.
+        The one way into the tree (the Rust core's ``TreeBuilder::insert_child``): for the
+        retrieval paths, the logits tree and the expected tree alike.
 
         Returns ``(node, had)``:
 
@@ -120,23 +122,6 @@ class TreeBuilder:
         self.children.append({})
         self.children[parent][token] = node
         return node, None
-
-    def offer(self, parent: int, token: int) -> tuple[str, Optional[int]]:
-        """Offer the child (``parent``, ``token``) as a logits-tree node (the Rust core's
-        ``GrowInto::offer``). Called only when the tree is not full.
-
-        Returns ``(ADDED, node)`` for a new node, ``(MERGED, node)`` for a retrieval node
-        that becomes "both" (free), ``(REPEATED, None)`` for a node the logits tree had
-        already put in (the same id twice in one row: skipped).
-        """
-        existing = self.children[parent].get(token)
-        if existing is None:
-            node, _ = self.insert_child(parent, token, SOURCE_LOGITS)
-            return ADDED, node
-        if self.sources[existing] & SOURCE_LOGITS:
-            return REPEATED, None
-        self.sources[existing] |= SOURCE_LOGITS
-        return MERGED, existing
 
     def add_retrieval_path(self, path: Sequence[int]) -> None:
         """Insert one root-to-leaf retrieval path (``path[0]`` is the root).

@@ -35,6 +35,8 @@ directly: the loop's ids are the model's own, checked at ``generate()``'s bounda
 
 Interrupts: ``observe``, ``commit`` and ``reset`` are all-or-nothing, like the automaton's
 ``extend`` (its Part 7): a ``KeyboardInterrupt`` inside them leaves the drafter as it was.
+The undo is a wrapper (``undo.all_or_nothing`` around ``_commit``): the step itself records
+nothing, and the decoding loop's own drafter commits without the wrapper.
 This class is not thread-safe; ``racer_ref.Drafter`` refuses a second thread (in use).
 """
 
@@ -65,7 +67,7 @@ from racer_ref.reference.limits import (
     int_or_default,
     int_value,
 )
-from racer_ref.reference.undo import UndoLog, all_or_nothing, check_intact
+from racer_ref.reference.undo import all_or_nothing, check_intact
 from racer_ref.tree import METHODS, DraftTree
 
 #: How a drafter fills its capacity: ``"paper"`` (the default: the paper's merge, retrieval
@@ -294,9 +296,9 @@ class Drafter(NoCopy):
         """What the decoding loop calls each step, for its own ids (checked at ``generate()``'s
         boundary): ``draft``, ``observe`` and ``commit`` without the checks, the ``*_trusted``
         methods. ``owned``: the drafter is one request's alone (``generate()`` without
-        ``drafter=``) and an interrupt ends both, so a commit's undo log is dropped, not kept."""
-        # (owned: the commit writes its undo log into a fresh list that nobody plays back)
-        commit = (lambda tokens: self._commit_logged(tokens.tolist(), [])) if owned else self.commit_trusted
+        ``drafter=``) and an interrupt ends both, so its commits are the plain step, with no
+        undo to keep."""
+        commit = self._commit if owned else self.commit_trusted
         return SimpleNamespace(draft=self.draft_trusted, observe=self.observe_trusted, commit=commit)
 
     def observe_trusted(self, tokens: np.ndarray, topk: np.ndarray) -> None:
@@ -313,26 +315,21 @@ class Drafter(NoCopy):
     def commit_trusted(self, tokens: np.ndarray) -> None:
         """``commit`` for checked ``(n,)`` ids.
 
-        All or nothing: three things change (automaton, history, count), so one undo log
-        covers them all. An interrupt anywhere undoes all three, even one that lands
-        after the automaton is done and before the count is (the automaton's Part 7).
+        All or nothing: three things change (automaton, history, count), and the undo
+        module's wrapper watches all three, so an interrupt anywhere undoes all three, even
+        one that lands after the automaton is done and before the count is.
         """
-        tokens = tokens.tolist()
-        # Apply, logging the undo of each change before making it (the undo module).
-        all_or_nothing(self, lambda undo: self._commit_logged(tokens, undo))
+        all_or_nothing(self, self._commit, tokens)
 
-    def _commit_logged(self, tokens: list, undo: UndoLog) -> None:
-        """Commit checked ``tokens`` to all three parts, logging how to take each back."""
+    def _commit(self, tokens: np.ndarray) -> None:
+        """The commit itself (spec step 9), for checked ``(n,)`` ids: nothing recorded."""
+        tokens = tokens.tolist()
+        # The automaton learns every n-gram that ends in a new token.
         if self.automaton is not None:
-            # The automaton logs its own changes into *our* log: one log, one rollback,
-            # for all three parts.
-            self.automaton._extend_logged(tokens, undo)
+            self.automaton.extend_trusted(tokens)
+        # PLD searches the committed tokens; the other methods only count them.
         if self.method == "pld":
-            # Undo of an append: cut the history back to its old length.
-            undo.append((_truncate, (self.history, len(self.history))))
             self.history.extend(tokens)
-        # Undo of the count: put the old value back.
-        undo.append((setattr, (self, "num_committed", self.num_committed)))
         self.num_committed += len(tokens)
 
     def draft_trusted(self, root: int, last_topk: Optional[Any] = None, capacity: Optional[int] = None) -> DraftTree:
@@ -370,7 +367,8 @@ class Drafter(NoCopy):
         freqs: list = []
         if self.automaton is not None:
             # "expected" retrieves at the drafter's capacity (see draft).
-            paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else capacity)
+            paths, freqs = self.automaton.retrieve_trusted(root, self.capacity if expected else capacity,
+                                                           counted=True)
         return self.estimator.draft(root, capacity, paths, freqs, self.table, root_row, expected=expected)
 
     @property
@@ -439,11 +437,6 @@ class Drafter(NoCopy):
             f"capacity={self.capacity}, breadth={self.breadth}, ngram={self.ngram}, "
             f"max_nodes={self.max_nodes}, tree={self.tree!r})"
         )
-
-
-def _truncate(history: list, length: int) -> None:
-    """Undo of ``history.extend``: cut ``history`` back to ``length`` tokens."""
-    del history[length:]
 
 
 if __name__ == "__main__":

@@ -44,10 +44,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional, Sequence
 
-#: What ``tree.offer(parent, token)`` answers (the Rust core's ``Offer``): a new node, a
-#: retrieval node it merged into (now "both", free), or a node the logits tree had already
-#: put in (the same id twice in one row: skipped).
-ADDED, MERGED, REPEATED = "added", "merged", "repeated"
+from racer_ref.tree import SOURCE_LOGITS
 
 
 def child_breadth(b: int, j: int, parent_is_root: bool) -> int:
@@ -67,8 +64,8 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
     Args:
         tree: a ``racer_ref.reference.draft_tree.TreeBuilder`` holding at least the root
             (node 0), possibly the retrieval tree too. It is modified in place through
-            ``tree.is_full()``, ``tree.tokens`` and ``tree.offer(parent, token)`` (the
-            Rust core's ``GrowInto`` trait).
+            ``tree.is_full()``, ``tree.tokens`` and ``tree.insert_child(parent, token,
+            source)``, as in the Rust core.
         table: a ``CopyLogitTable``; node ``v`` is expanded from its row (``table.row_trusted(v)``).
         root_topk: last-logit mode: at least ``table.k`` ids replacing the root's row.
 
@@ -92,10 +89,12 @@ def grow_logits_tree(tree, table, root_topk: Optional[Sequence[int]] = None) -> 
                 return
             # Eq. 3: the breadth this child will expand with.
             breadth = child_breadth(b, j, parent_is_root=(node == 0))
-            offer, child = tree.offer(node, token)
-            # A brand-new node (it cost one unit of budget), or a retrieval node that
-            # became "both" (free): expand it later. A repeated id in one row: skip it.
-            if offer != REPEATED:
+            # `had`: None for a brand-new node (it cost one unit of budget), else the
+            # node's sources before (a retrieval node becomes "both", free).
+            child, had = tree.insert_child(node, token, SOURCE_LOGITS)
+            # Expand it later, unless the logits tree had put it in already (the same
+            # id twice in one row): skip that one.
+            if had is None or not had & SOURCE_LOGITS:
                 queue.append((child, breadth))
 
 if __name__ == "__main__":

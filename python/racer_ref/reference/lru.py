@@ -29,19 +29,16 @@ a node and then each of its ancestors, bottom-up: the parent is touched last, so
 up nearer the head than any child. The tail then has no child at all (a child would be
 even less recent than the tail, and nothing is), so evicting it never orphans a subtree.
 
-One addition the Rust list does not need: ``snapshot`` and ``restore``, which let the
-automaton undo a touch or a removal when ``extend`` is interrupted (Ctrl-C), so that
-every public operation of the twin is all-or-nothing (see the automaton's Part 7).
+Like the Rust list, this one knows nothing of undo: when ``Automaton.extend`` is interrupted
+(Ctrl-C), the twin's wrapper ``undo.all_or_nothing`` takes its touches and removals back
+(``undo.WatchedList``, ``undo.snapshot`` and ``undo.restore``; the automaton's Part 7).
 
 Run ``python -m racer_ref.reference.lru`` for a walkthrough that prints each stage.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
-
-#: What ``snapshot`` returns: (item, its newer, its older, head, tail, length).
-Snapshot = Tuple[Any, Any, Any, Any, Any, int]
+from typing import Any, Iterator, Optional
 
 
 class RecencyList:
@@ -97,22 +94,16 @@ class RecencyList:
         """The most recently used item (the head), or ``None`` when empty."""
         return self.head
 
-    def touch(self, item: Any, undo: Optional[list] = None) -> None:
+    def touch(self, item: Any) -> None:
         """Make ``item`` the most recent one, adding it to the list if it is not there yet.
 
         Two O(1) halves: unlink it from where it is (its two neighbours then point at each
         other), then push it at the head. At most six links change, whatever the length.
-
-        ``undo``: a list to append ``(restore, (snapshot,))`` to before anything changes,
-        so that the caller can take the touch back (see "Undo" below); ``None``: no log.
         """
         if item is self.head:
-            # Already the most recent: nothing to do, nothing to undo. (Unlinking the head
-            # only to push it straight back would be wasted work.)
+            # Already the most recent: nothing to do. (Unlinking the head only to push it
+            # straight back would be wasted work.)
             return
-        if undo is not None:
-            # Write-ahead: the old values of everything we may change, *before* changing.
-            undo.append((self.restore, (self.snapshot(item),)))
         if item.newer is not None:
             # On the list (it has a newer neighbour: it is not the head): close the gap.
             self._unlink(item)
@@ -174,45 +165,6 @@ class RecencyList:
         # Off the list: both links None (that is how contains() tells).
         item.newer = item.older = None
         self._len -= 1
-
-    # ----------------------------------------------------------------------------------
-    # Undo (Python only). `touch(x)` and `remove(x)` write nothing but: x's two links, the
-    # facing links of x's neighbours, the old head's `newer`, and head / tail / length. So
-    # if we write those down *before* the call, we can always put them back, whether the
-    # call finished, never started, or stopped half-way (a Ctrl-C between two lines).
-    # ----------------------------------------------------------------------------------
-
-    def snapshot(self, item: Any) -> Snapshot:
-        """Everything ``touch(item)`` or ``remove(item)`` could change, to ``restore`` it."""
-        # Six values, O(1). The neighbours' own links need not be saved: we know what they
-        # were (they pointed at `item`), and restore() writes exactly that back.
-        return (item, item.newer, item.older, self.head, self.tail, self._len)
-
-    def restore(self, snapshot: Snapshot) -> None:
-        """Undo one ``touch`` or ``remove`` of the snapshot's item, done or half-done.
-
-        Call it on the list as it was right after that operation: snapshots are restored
-        in the reverse order of the operations they were taken before.
-        """
-        item, newer, older, head, tail, length = snapshot
-        # Picture a touch of x stopped after its unlink, before its push:
-        #
-        #   before:   [h] <-> ... <-> [a] <-> [x] <-> [b] <-> ...      (head h)
-        #   now:      [h] <-> ... <-> [a] <-> [b] <-> ...      x alone
-        #
-        # Writing the old values back, whatever was already done, re-threads x between
-        # a and b. Each write below sets a field to what it was before the operation.
-        # The item's own links, and its neighbours' links facing it.
-        item.newer, item.older = newer, older
-        if newer is not None:
-            newer.older = item
-        if older is not None:
-            older.newer = item
-        # A push at the head set the old head's `newer`; a head has none.
-        if head is not None:
-            head.newer = None
-        # And the list's own three fields (all other items' links were never touched).
-        self.head, self.tail, self._len = head, tail, length
 
     # ----------------------------------------------------------------------------------
     # Self-check, for the tests: O(length), so never called on the fast path.
@@ -295,15 +247,6 @@ def _walkthrough() -> None:
         lru.remove(victim)
         print(f"    remove({victim!r:3})  {show(lru)}")
 
-    # What the automaton does for every touch inside extend(): keep a snapshot, and if the
-    # call is interrupted, restore it (newest first).
-    print("\nStage 4. Undo: snapshot, touch, restore; the list is back as it was:")
-    before = show(lru)
-    snap = lru.snapshot(items["a"])
-    lru.touch(items["a"])
-    print("    after touch(a):", show(lru))
-    lru.restore(snap)
-    print("    after restore: ", show(lru), "(same as before)" if show(lru) == before else "(DIFFERENT)")
     lru.check()
     print("    check(): the links are consistent")
 
