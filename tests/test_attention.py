@@ -170,23 +170,44 @@ def test_opt_out_leaves_the_model_as_it_is(monkeypatch):
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_the_fast_path_is_told_once(monkeypatch, caplog):
-    import racer_ref.options as options
+def test_generate_installs_the_fast_path_on_a_real_model_and_says_so_once(monkeypatch, caplog):
+    from racer_ref.speedups import cpu_kernels
+    from racer_ref.speedups.cpu_kernels import CpuKernels, FastForward
 
     monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
-    monkeypatch.setattr(options, "_HINTED", False)
-    model = tiny_model("llama", seed=5, attn="eager")
+    toy = tiny_model("llama", seed=5, attn="eager")
     with caplog.at_level("WARNING", logger="racer_ref"):
-        generate(model, None, PROMPT, max_new_tokens=4)  # a toy: no notice
-        assert not [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
+        generate(toy, None, PROMPT, max_new_tokens=4)  # a toy: left as it is, no line
+        assert getattr(toy, "racer_cpu_kernels", None) is None
+        assert not [r for r in caplog.records if "CPU fast path is on" in r.getMessage()]
         model = tiny_model("llama", seed=5, attn="eager")
-        monkeypatch.setattr(options, "HINT_MIN_PARAMETERS", model.num_parameters())  # as if a real model
-        generate(model, None, PROMPT, max_new_tokens=4)
-        generate(model, None, PROMPT, max_new_tokens=4)
-        generate(tiny_model("llama", seed=5, attn="eager"), None, PROMPT, max_new_tokens=4)  # once per process
-    hints = [r for r in caplog.records if "speed_up_model(model)" in r.getMessage()]
-    assert len(hints) == 1
-    assert "RACER_REF_CPU_KERNELS=off" in hints[0].getMessage()
+        monkeypatch.setattr(cpu_kernels, "DEFAULT_MIN_PARAMETERS", model.num_parameters())  # as if a real model
+        first = generate(model, None, PROMPT, max_new_tokens=12)
+        assert isinstance(model.racer_cpu_kernels, CpuKernels)
+        assert isinstance(model.__dict__.get("forward"), FastForward)
+        again = generate(model, None, PROMPT, max_new_tokens=12)  # installed once: no second line
+    lines = [r.getMessage() for r in caplog.records if "CPU fast path is on" in r.getMessage()]
+    assert len(lines) == 1
+    assert "LlamaForCausalLM" in lines[0] and "RACER_REF_CPU_KERNELS=off" in lines[0]
+    assert first.token_ids == again.token_ids == greedy_reference(model, PROMPT, 12)
+    assert model.__dict__["forward"].calls > 0  # the passes ran through the direct forward
+
+
+def test_the_fast_path_default_honours_both_opt_outs(monkeypatch):
+    from racer_ref.speedups import cpu_kernels
+
+    model = tiny_model("llama", seed=5, attn="eager")
+    monkeypatch.setattr(cpu_kernels, "DEFAULT_MIN_PARAMETERS", 0)
+    monkeypatch.setenv("RACER_REF_CPU_KERNELS", "off")
+    generate(model, None, PROMPT, max_new_tokens=4)
+    assert getattr(model, "racer_cpu_kernels", None) is None and "forward" not in model.__dict__
+    monkeypatch.delenv("RACER_REF_CPU_KERNELS")
+    model.racer_cpu_kernels_off = True
+    generate(model, None, PROMPT, max_new_tokens=4)
+    assert getattr(model, "racer_cpu_kernels", None) is None and "forward" not in model.__dict__
+    bf16 = tiny_model("llama", seed=5, attn="eager").to(torch.bfloat16)
+    generate(bf16, None, PROMPT, max_new_tokens=4)  # not float32: left as it is
+    assert getattr(bf16, "racer_cpu_kernels", None) is None
 
 
 def test_a_model_prepared_by_speed_up_model_keeps_its_attention(monkeypatch):

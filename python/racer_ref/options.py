@@ -27,9 +27,10 @@ Resolution is also where the optional parts plug in, so that the loop does not k
   line chooses its attention with ``--attn``, and sets that with ``--cpu-kernels off``).
 
 The CPU fast path (``racer_ref.speedups.cpu_kernels.speed_up_model``: measured kernels and a
-direct forward) changes float rounding, so ``generate()`` does not install it by itself: on
-a float32 model on the CPU without it, the first call says once (a ``racer_ref`` log
-warning) how to turn it on, or to silence that with ``$RACER_REF_CPU_KERNELS=off``.
+direct forward) is then installed on a real float32 model on the CPU, once per model, with one
+``racer_ref`` log line; it changes float rounding only, and ``model.generate`` uses it too
+(:func:`racer_ref.speedups.cpu_kernels.speed_up_by_default`). ``$RACER_REF_CPU_KERNELS=off``
+keeps PyTorch's stock path.
 """
 
 from __future__ import annotations
@@ -527,17 +528,11 @@ def _tree_processor(model: Any, logits_processor: Any, prompt_ids: List[int], ma
     return as_tree_processor(logits_processor)  # None: raw logits are the target's scores
 
 
-#: Whether the one-time hint about the CPU fast path was given in this process.
-_HINTED = False
-#: The smallest model (weights) that gets the CPU fast-path notice.
-HINT_MIN_PARAMETERS = 10_000_000
-
-
 def _cpu_attention(model: Any) -> None:
-    """On a CPU, plug in tree attention without KV copies; once per process, for a real model
-    (:data:`HINT_MIN_PARAMETERS`), say how to get the CPU fast path. Both honour the CLI's opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
-    global _HINTED
-    from racer_ref.speedups.cpu_kernels import switched_off
+    """On a CPU, plug in tree attention without KV copies, then the CPU fast path on a real
+    model (:func:`racer_ref.speedups.cpu_kernels.speed_up_by_default`). Both honour the CLI's
+    opt-out, ``$RACER_REF_CPU_KERNELS=off``."""
+    from racer_ref.speedups.cpu_kernels import speed_up_by_default, switched_off
 
     if switched_off() or getattr(model, "racer_cpu_kernels_off", False):  # (the CLI's --cpu-kernels off)
         return
@@ -548,18 +543,11 @@ def _cpu_attention(model: Any) -> None:
         from racer_ref.speedups.attention import use_sdpa_gqa
 
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    if not prepared:
+        speed_up_by_default(model)  # a real float32 model: measured kernels and a direct forward
     # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
     with contextlib.suppress(AttributeError, TypeError):  # (a model that takes no attributes: checked every call)
         model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"
-    # (Said for a real model only: a toy of a few million weights, as in the tests and
-    # tutorials, gains nothing worth a notice.)
-    if not _HINTED and model.dtype == torch.float32 and not prepared and model.num_parameters() >= HINT_MIN_PARAMETERS:
-        _HINTED = True
-        logging.getLogger("racer_ref").warning(
-            "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
-            "To turn it on: from racer_ref.speedups.cpu_kernels import speed_up_model; speed_up_model(model) "
-            "(faster verify passes; the same tokens but at float near-ties). RACER_REF_CPU_KERNELS=off "
-            "silences this.")
 
 
 def make_cache(model: Any, cache: Any) -> Any:

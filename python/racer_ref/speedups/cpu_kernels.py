@@ -736,6 +736,45 @@ def speed_up_model(model: Any, enabled: Optional[bool] = None, **options: Any) -
     return handle
 
 
+#: ``generate()`` installs the fast path only on a model of at least this many weights: a toy
+#: (the tests', the tutorials') gains nothing worth the measuring.
+DEFAULT_MIN_PARAMETERS = 10_000_000
+
+
+def speed_up_by_default(model: Any) -> Optional[CpuKernels]:
+    """What ``racer_ref.generate`` does with a model on the CPU that nobody prepared: the
+    fast path of :func:`speed_up_model`, once per model, said in one ``racer_ref`` log line.
+
+    Left as it is: a model not on the CPU or not float32, one below
+    :data:`DEFAULT_MIN_PARAMETERS` weights, one that :func:`speed_up_model` already saw, and
+    one switched off (``$RACER_REF_CPU_KERNELS=off``, or ``model.racer_cpu_kernels_off = True``
+    as ``racer-ref --cpu-kernels off`` leaves it). The fast path changes float rounding (not
+    the algorithm): ``model.generate`` then runs through it too, so the two still agree token
+    for token; against PyTorch's stock kernels, tokens can differ only at a near-tie of two
+    logits.
+
+    Returns:
+        the :class:`CpuKernels` handle when it was installed now, else ``None``.
+    """
+    import logging
+
+    if (switched_off() or getattr(model, "racer_cpu_kernels_off", False)
+            or getattr(model, "racer_cpu_kernels", None) is not None):
+        return None
+    params = list(model.parameters())
+    if (not params or any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params)
+            or sum(p.numel() for p in params) < DEFAULT_MIN_PARAMETERS):
+        return None
+    handle = speed_up_model(model)
+    fast = "a direct forward" if handle.fast_forward is not None else "the model's own forward"
+    logging.getLogger("racer_ref").warning(
+        "racer_ref.generate: the CPU fast path is on for this %s (%s; %s; measured in %.1f s, once per "
+        "model). model.generate now uses it too. RACER_REF_CPU_KERNELS=off, or "
+        "model.racer_cpu_kernels_off = True before the first call, keeps PyTorch's stock path.",
+        type(model).__name__, handle.describe(), fast, handle.seconds)
+    return handle
+
+
 def kernels_report(model: Any) -> Optional[Dict[str, Any]]:
     """:meth:`CpuKernels.report` of the handle :func:`speed_up_model` left on ``model``, with
     whether the direct forward is installed; ``None`` when it was never called."""
