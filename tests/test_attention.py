@@ -171,7 +171,7 @@ def test_opt_out_leaves_the_model_as_it_is(monkeypatch):
 
 
 def test_the_fast_path_is_told_once(monkeypatch, caplog):
-    import racer_ref.options as options
+    import racer_ref.speedups.attention as options
 
     monkeypatch.delenv("RACER_REF_CPU_KERNELS", raising=False)
     monkeypatch.setattr(options, "_HINTED", False)

@@ -20,7 +20,7 @@ from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, ex
                                          profile_forward)
 from racer_ref.harness.datasets import Prompt, encode_prompt
 from racer_ref.harness.trace import render_step, save_trace
-from racer_ref.wrappers import StepRecorder, accepted_path
+from racer_ref.harness.records import StepRecorder, accepted_path
 
 PROMPTS = [
     Prompt("p0", "prose", "Repeat after me: the cat sat on the mat, the cat sat on the mat."),
@@ -603,7 +603,7 @@ def test_protocol_options_are_checked_before_anything_is_written(lm, tokenizer, 
     (["--drafter-state", "global"], "--drafter-state"),
 ])
 def test_bench_cli_names_the_bad_argument(argv, named, capsys):
-    from racer_ref.cli import build_parser
+    from racer_ref.app.cli import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--dataset", "specbench"] + argv)
@@ -612,7 +612,7 @@ def test_bench_cli_names_the_bad_argument(argv, named, capsys):
 
 
 def test_bench_cli_protocol_defaults_and_values():
-    from racer_ref.cli import build_parser
+    from racer_ref.app.cli import build_parser
 
     args = build_parser().parse_args(["bench", "--dataset", "specbench"])
     assert (args.turns, args.warmup, args.warmup_tokens, args.drafter_state) == ("all", 1, 16, "per-request")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models import single_thread, tiny_model  # noqa: F401
-from racer_ref import cli
-from racer_ref.demo import DEMO_MAX_NEW_TOKENS
+from racer_ref.app import cli
+from racer_ref.app.demo import DEMO_MAX_NEW_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_entry_point_is_declared():
     from pathlib import Path
 
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["racer-ref"] == "racer_ref.cli:main"
+    assert pyproject["project"]["scripts"]["racer-ref"] == "racer_ref.app.cli:main"
     assert callable(cli.main)
 
 
@@ -218,7 +218,7 @@ def test_bench_reports_data_errors_without_a_traceback(tmp_path):
 def test_demo_runs_racer_against_greedy(model_dir):
     from rich.console import Console
 
-    from racer_ref.demo import DEMO_PROMPTS
+    from racer_ref.app.demo import DEMO_PROMPTS
     from racer_ref.harness.models import load_model
 
     model, tok = load_model(model_dir)
@@ -279,7 +279,7 @@ def test_demo_second_turn_continues_the_first(model_dir, monkeypatch):
 
 
 def test_longest_copy_and_why_line():
-    from racer_ref.demo import longest_copy, why_line
+    from racer_ref.app.demo import longest_copy, why_line
 
     assert longest_copy([5, 1, 2, 3, 4, 9], [7, 2, 3, 4, 8, 1]) == (1, 3)  # "2 3 4"
     assert longest_copy([1, 2], [3, 4]) == (0, 0)
@@ -292,8 +292,8 @@ def test_longest_copy_and_why_line():
 def test_accepted_sources_counts_the_accepted_nodes():
     import numpy as np
 
-    from racer_ref.demo import accepted_sources
-    from racer_ref.wrappers import TraceStep
+    from racer_ref.app.demo import accepted_sources
+    from racer_ref.harness.records import TraceStep
     from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
 
     # root 4 -> 1 (retrieval) -> 2 (both); root -> 9 (copy-logit table)
@@ -305,7 +305,7 @@ def test_accepted_sources_counts_the_accepted_nodes():
 
 
 def test_demo_flags_a_busy_machine():
-    from racer_ref.demo import timing_warnings
+    from racer_ref.app.demo import timing_warnings
 
     assert timing_warnings(2.4, 2) == []  # load 2.4 on 2 CPUs: the demo's own threads
     busy = timing_warnings(2.6, 2)
@@ -351,13 +351,13 @@ def test_version(capsys):
 
 def test_generate_flags_a_busy_machine(model_dir, monkeypatch, capsys):
     """The speedup line of ``racer-ref generate`` comes with the demo's busy-machine warning."""
-    import racer_ref.demo
+    import racer_ref.app.demo
 
-    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 99.0)
+    monkeypatch.setattr(racer_ref.app.demo, "_load_average", lambda: 99.0)
     args = ["generate", "--max-new-tokens", "4", "--model", str(model_dir), "--device", "cpu", "--capacity", "8", "hi"]
     assert cli.main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "warning: The machine was busy (load average 99.0" in out
-    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 0.0)
+    monkeypatch.setattr(racer_ref.app.demo, "_load_average", lambda: 0.0)
     assert cli.main(args) == 0
     assert "The machine was busy" not in capsys.readouterr().out

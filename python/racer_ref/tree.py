@@ -128,7 +128,7 @@ class DraftTree:
         shapes of tokens, parents, depths and mask, the root's parent and depth, parents
         before children, depths, tokens and the mask. Other integer dtypes, another order
         with parents first, repeated siblings and any ``sources`` pass
-        (``racer_ref.wrappers.CheckedDrafter`` checks a caller's drafter so).
+        (``racer_ref.guard.CheckedDrafter`` checks a caller's drafter so).
         """
         def fail(msg: str) -> None:
             raise ValueError(f"invalid DraftTree: {msg}")

@@ -38,7 +38,7 @@ except ModuleNotFoundError as _exc:  # the core install: say which extra brings 
     raise _missing from _exc
 
 from racer_ref.decoding import generate
-from racer_ref.options import make_cache
+from racer_ref.verify import make_cache
 
 
 @dataclass

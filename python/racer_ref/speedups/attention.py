@@ -30,7 +30,9 @@ own ``sdpa_attention_forward``. The arithmetic is the same attention: outputs ag
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 from typing import Any, Optional, Tuple
 
 import torch
@@ -139,3 +141,43 @@ def use_sdpa_gqa(model: Any) -> bool:
     register()
     model.set_attn_implementation(SDPA_GQA)
     return model.config._attn_implementation == SDPA_GQA
+
+
+#: Whether the one-time hint about the CPU fast path was given in this process.
+_HINTED = False
+#: The smallest model (weights) that gets the CPU fast-path notice.
+HINT_MIN_PARAMETERS = 10_000_000
+
+
+def prepare_cpu_attention(model: Any) -> None:
+    """What ``generate()`` does to a model on a CPU before its first verify pass (after every
+    argument is checked): a grouped-query model on ``"sdpa"`` switches to ``"sdpa_gqa"``
+    (:func:`use_sdpa_gqa`: the same attention, to float rounding, without ``repeat_kv``'s
+    copy of the KV cache per layer on every tree pass), and once per process, for a real
+    model (:data:`HINT_MIN_PARAMETERS`), a ``racer_ref`` log warning says how to get the CPU
+    fast path. Neither for a model that ``speed_up_model`` prepared (its attention is chosen),
+    nor with ``$RACER_REF_CPU_KERNELS=off`` or ``model.racer_cpu_kernels_off = True`` (the
+    command line's ``--cpu-kernels off``). Sets ``model.racer_cpu_checked`` so that a later
+    call skips it, unless the model is still on ``"sdpa"``."""
+    global _HINTED
+    from racer_ref.speedups.cpu_kernels import switched_off
+
+    if switched_off() or getattr(model, "racer_cpu_kernels_off", False):  # (the CLI's --cpu-kernels off)
+        return
+    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
+    prepared = getattr(model, "racer_cpu_kernels", None) is not None
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if sdpa and not prepared and hasattr(model, "set_attn_implementation"):
+        use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
+    with contextlib.suppress(AttributeError, TypeError):  # (a model that takes no attributes: checked every call)
+        model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"
+    # (Said for a real model only: a toy of a few million weights, as in the tests and
+    # tutorials, gains nothing worth a notice.)
+    if not _HINTED and model.dtype == torch.float32 and not prepared and model.num_parameters() >= HINT_MIN_PARAMETERS:
+        _HINTED = True
+        logging.getLogger("racer_ref").warning(
+            "racer_ref.generate: the CPU fast path is off for this model (the racer-ref command turns it on). "
+            "To turn it on: from racer_ref.speedups.cpu_kernels import speed_up_model; speed_up_model(model) "
+            "(faster verify passes; the same tokens but at float near-ties). RACER_REF_CPU_KERNELS=off "
+            "silences this.")

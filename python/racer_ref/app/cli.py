@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from racer_ref.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
+from racer_ref.app.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
 from racer_ref.harness.bench import (DEFAULT_WARMUP_TOKENS, METHODS, TURNS, parse_capacity,
                                     parse_methods)
 from racer_ref.harness.datasets import DATASETS
@@ -85,7 +85,7 @@ def default_capacity(capacity: Any, model: Any) -> Any:
     elsewhere (on a CPU every node costs; on HumanEval 0-4, 2-core AMD EPYC, fixed 16 gave
     2.27x over hf-greedy where ``auto`` gave 2.08x). With ``--compile``, the largest compiled
     pass size: a larger tree would run outside the compiled graphs, at the eager path's cost."""
-    from racer_ref.decoding import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
+    from racer_ref.drafter import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
 
     if capacity is not None:
         return capacity
@@ -150,7 +150,7 @@ def _positive_int(text: str) -> int:
 
 def _temperature_arg(text: str) -> float:
     """An argparse type: ``generate()``'s rule for ``temperature`` (0, or a finite number > 0)."""
-    from racer_ref.options import check_sampling_arguments
+    from racer_ref.sampling import check_sampling_arguments
 
     try:
         value = float(text)
@@ -326,7 +326,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from racer_ref.harness.bench import MethodRunner
     from racer_ref.harness.datasets import encode_prompt
     from racer_ref.harness.trace import print_trace, save_trace
-    from racer_ref.wrappers import StepRecorder
+    from racer_ref.harness.records import StepRecorder
 
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not text.strip():
@@ -393,7 +393,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.temperature == 0:
             same = "  output identical: " + ("yes" if out.result.token_ids == base.result.token_ids else "NO")
         console.print(f"speedup of {args.method} over {args.baseline}: {sp:.2f}x{same}")
-        from racer_ref.demo import _load_average, timing_warnings  # the demo's busy-machine rule
+        from racer_ref.app.demo import _load_average, timing_warnings  # the demo's busy-machine rule
 
         for line in timing_warnings(_load_average(), os.cpu_count()):
             console.print(f"warning: {line}")
@@ -468,7 +468,7 @@ def run_demo_cmd(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.cli:main``)."""
+    """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.app.cli:main``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:  # the exercises' checker parses its own arguments
         from racer_ref.course.check import main as check_main
