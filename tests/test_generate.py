@@ -20,7 +20,8 @@ from transformers import DynamicCache
 import racer_ref.decoding as decoding_module
 from models import KINDS, OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
-from racer_ref.decoding import clip_draft_tree, generate
+from racer_ref.decoding import generate
+from racer_ref.tree import clip_draft_tree
 from racer_ref.drafter import DEFAULT_CPU_CAPACITY
 from racer_ref.metrics import TIMING_KEYS
 from racer_ref.tree import METHODS

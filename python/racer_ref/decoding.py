@@ -25,23 +25,8 @@ import torch
 from racer_ref.metrics import TIMING_KEYS, GenerationResult
 from racer_ref.options import OPTIONS, Options, resolve
 from racer_ref.sampling import sample, target_probs
-from racer_ref.tree import DraftTree, accept_greedy
+from racer_ref.tree import accept_greedy, clip_draft_tree
 from racer_ref.verify import accept_sampling, argmax_from_topk, forward_prompt, keep_accepted
-
-
-def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
-    """The nodes before the first one deeper than ``max_depth``: in breadth-first order,
-    every node down to ``max_depth`` (and any prefix is a tree: a parent precedes its children).
-
-    Used so that a step never emits more than ``max_new_tokens`` or fills the context beyond
-    its length: accepting a drafts emits ``a + 1`` tokens, so depth <= room - 1.
-    """
-    deeper = np.flatnonzero(tree.depths > max_depth)
-    if len(deeper) == 0:
-        return tree
-    n = int(deeper[0])  # keep nodes 0 .. n-1: their arrays, and the mask's top-left block
-    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.attention_mask[:n, :n],
-                     None, tree.sources[:n])
 
 
 class StopStrings:
