@@ -66,8 +66,9 @@ def test_every_option_with_a_default_shows_it_in_help():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["generate", "--capacity", "0", "hi"], "capacity: expected an integer in [1, 4096] or 'auto'"),
-    (["generate", "--method", "hf-pld", "hi"], "invalid choice: 'hf-pld'"),
+    (["generate", "--capacity", "0", "hi"], "argument --capacity: capacity: must be in [1, 4096], got 0"),
+    (["generate", "--capacity", "x", "hi"], "capacity: must be an int in [1, 4096] or 'auto', got 'x'"),
+    (["generate", "--method", "hf-pld", "hi"], 'argument --method: method: unknown method "hf-pld"; expected one of'),
     (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected names from ar, hf-greedy"),
     (["bench", "--methods", "ar"], "one of the arguments --dataset --questions is required"),
     (["bench", "--dataset", "humaneval", "--questions", "x.jsonl"], "not allowed with argument"),
@@ -250,7 +251,7 @@ def test_demo_second_turn_continues_the_first(model_dir, monkeypatch):
     message, then the follow-up (the chat template of a two-turn conversation)."""
     from rich.console import Console
 
-    from racer_ref import demo
+    from racer_ref.app import demo
     from racer_ref.harness.datasets import encode_conversation
     from racer_ref.harness.models import load_model
 

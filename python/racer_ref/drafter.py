@@ -53,15 +53,21 @@ DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
 DEFAULT_CPU_CAPACITY = 16
 
 
-def implementation(backend: Any) -> ModuleType:
-    """The one backend switch: the module that implements ``backend`` (``None``: ``"rust"``),
-    ``racer_ref._core`` or the twin ``racer_ref.reference`` (the same class names in both).
+def backend_name(backend: Any) -> str:
+    """``backend`` checked: ``"rust"`` (also for ``None``) or ``"python"``.
 
     Raises:
         TypeError: ``backend`` not a string.
         ValueError: neither ``"rust"`` nor ``"python"``.
     """
-    return importlib.import_module(BACKENDS[choice_value(backend, "backend", tuple(BACKENDS), "rust")])
+    return choice_value(backend, "backend", tuple(BACKENDS), "rust")
+
+
+def implementation(backend: Any) -> ModuleType:
+    """The one backend switch: the module that implements ``backend`` (checked by
+    :func:`backend_name`), ``racer_ref._core`` or the twin ``racer_ref.reference`` (the same
+    class names in both)."""
+    return importlib.import_module(BACKENDS[backend_name(backend)])
 
 
 def step_of(impl: Any, owned: bool = False) -> Any:

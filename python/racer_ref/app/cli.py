@@ -24,13 +24,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from racer_ref.app.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
-from racer_ref.harness.bench import (DEFAULT_WARMUP_TOKENS, METHODS, TURNS, parse_capacity,
-                                    parse_methods)
+from racer_ref.drafter import backend_name
+from racer_ref.harness.bench import DEFAULT_WARMUP_TOKENS, TURNS, parse_capacity, parse_methods
 from racer_ref.harness.datasets import DATASETS
 from racer_ref.harness.models import resolve_device, resolve_dtype
+from racer_ref.harness.summary import RUN_METHODS
+from racer_ref.reference.drafter import TREES
+from racer_ref.reference.limits import choice_value
+from racer_ref.tree import METHODS
 
 # ----------------------------------------------------------------------------- setup
 
@@ -129,9 +133,10 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g.add_argument("--max-new-tokens", type=_positive_int, default=default_tokens, metavar="N",
                    help=f"new tokens to generate at most (default {default_tokens})")
     g.add_argument("--temperature", type=_temperature_arg, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--backend", default="rust", choices=["rust", "python"],
+    g.add_argument("--backend", default="rust", type=_rule(backend_name), metavar="{rust,python}",
                    help="drafter implementation (default rust)")
-    g.add_argument("--tree", default="paper", choices=["paper", "expected"],
+    g.add_argument("--tree", default="paper", type=_rule(lambda text: choice_value(text, "tree", TREES, "paper")),
+                   metavar="{paper,expected}",
                    help="draft tree: paper (default: the paper's merge, retrieval first, then the "
                         "logits tree) or expected (the nodes with the most expected accepted tokens)")
     g.add_argument("--seed", type=_seed_arg, default=0, help="random seed for sampling (default 0)")
@@ -176,6 +181,17 @@ def _trace_out_arg(text: str) -> str:
     if Path(text).suffix.lower() not in (".html", ".png", ".svg", ".pdf"):
         raise argparse.ArgumentTypeError(f"expected a .html, .png, .svg or .pdf file, got {text!r}")
     return text
+
+
+def _rule(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type that applies one of racer_ref's rules, with its message."""
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def _capacity_arg(text: str) -> Any:
@@ -239,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Stream RACER's output for PROMPT, then print new tokens, steps, "
                                    "MAT, tokens/s and the speedup over plain greedy decoding.")
     g.add_argument("prompt", help="the prompt text ('-' reads standard input)")
-    g.add_argument("--method", default="racer", choices=[m for m in METHODS if not m.startswith("hf-")],
+    g.add_argument("--method", default="racer", type=_rule(lambda text: choice_value(text, "method", METHODS, "racer")),
+                   metavar="{" + ",".join(METHODS) + "}",
                    help="drafting method; ar: plain decoding, one token per pass (default racer)")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     g.add_argument("--baseline", default="hf-greedy", choices=["hf-greedy", "ar", "none"],
@@ -259,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark methods on a prompt set",
                        description="Run methods side by side on a prompt set; write results.jsonl, "
                                    "summary.md and PNG plots into --out.")
-    b.add_argument("--methods", type=_methods_arg, default=list(METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all); "
+    b.add_argument("--methods", type=_methods_arg, default=list(RUN_METHODS),
+                   help=f"comma-separated, from {', '.join(RUN_METHODS)}, or 'all' (default all); "
                         "NAME@C runs a tree method at capacity C (e.g. racer@16,racer@auto)")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", choices=DATASETS,
