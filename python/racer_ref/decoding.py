@@ -138,20 +138,18 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
 
     ``model`` is a transformers causal LM, ``tokenizer`` its tokenizer (or ``None`` with
     token ids and no stop strings), ``prompt`` a string or token ids (batch size 1),
-    ``max_new_tokens`` the most new tokens. The other parameters are keyword options
-    (``method``, ``capacity``, ``temperature``, ``drafter`` ... with their defaults in
-    :data:`racer_ref.options.OPTIONS`); each is described once, with the rule it is checked
-    by, on [`racer_ref.options.Options`][racer_ref.options.Options].
+    ``max_new_tokens`` the most new tokens; the keyword options (``method``, ``capacity``,
+    ``temperature``, ``drafter`` ...) and their defaults are :data:`racer_ref.options.OPTIONS`,
+    each described once, with its rule, on [`racer_ref.options.Options`][racer_ref.options.Options].
 
     Returns:
         GenerationResult: the new token ids, their text, the accepted length and tree size
             of every step, the timings and the stopping rule that ended the call.
 
     Raises:
-        ValueError: an argument out of range or contradicting another, an unsupported cache
-            or model (the message names it; logits wider than the vocabulary: at prefill).
-        TypeError: an argument of the wrong kind or an unknown option (the message names
-            it). Both before any other work ([`resolve`][racer_ref.options.resolve]).
+        ValueError: an argument out of range or contradicting another, an unsupported cache or
+            model (named; logits wider than the vocabulary: at prefill). TypeError: an argument
+            of the wrong kind or an unknown option (named). Both before any other work.
     """
     clock = _Clock(model)
     opts = resolve(model, tokenizer, prompt, max_new_tokens, options)  # checked once, here; the loop trusts opts

@@ -27,7 +27,7 @@ import numpy as np
 from racer_ref.guard import Guarded, given_drafter, hold, one_caller
 from racer_ref.reference.limits import (DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM,
                                         NoCopy, choice_value)
-from racer_ref.tree import DraftTree
+from racer_ref.tree import METHODS, DraftTree
 
 #: The two implementations, and the module of each (the same names in both).
 BACKENDS = {"rust": "racer_ref._core", "python": "racer_ref.reference"}
@@ -54,12 +54,8 @@ DEFAULT_CPU_CAPACITY = 16
 
 
 def backend_name(backend: Any) -> str:
-    """``backend`` checked: ``"rust"`` (also for ``None``) or ``"python"``.
-
-    Raises:
-        TypeError: ``backend`` not a string.
-        ValueError: neither ``"rust"`` nor ``"python"``.
-    """
+    """``backend`` checked: ``"rust"`` (also for ``None``) or ``"python"``; else ``TypeError``
+    (not a string) or ``ValueError``."""
     return choice_value(backend, "backend", tuple(BACKENDS), "rust")
 
 
@@ -67,19 +63,16 @@ def implementation(backend: Any) -> ModuleType:
     """The one backend switch: the module that implements ``backend`` (checked by
     :func:`backend_name`), ``racer_ref._core`` or the twin ``racer_ref.reference`` (the same
     class names in both)."""
-    return importlib.import_module(BACKENDS[backend_name(backend)])
+    plain = backend is None or (type(backend) is str and backend in BACKENDS)  # plainly valid: no call
+    return importlib.import_module(BACKENDS[(backend or "rust") if plain else backend_name(backend)])
 
 
-def step_of(impl: Any, owned: bool = False) -> Any:
-    """What the decoding loop calls each step on a backend's drafter ``impl``: ``draft``,
-    ``observe``, ``commit`` without the public methods' checks. The twin has its own
-    (``trusted_step``; ``owned``: this request's alone, so no undo kept); the Rust core's
-    ``observe`` and ``commit`` check their arguments in Rust, for a few nanoseconds, and its
-    ``draft`` returns six arrays, wrapped here in a ``DraftTree``."""
-    if hasattr(impl, "trusted_step"):
-        return impl.trusted_step(owned)
-    return SimpleNamespace(observe=impl.observe, commit=impl.commit,
-                           draft=lambda root, last_topk=None: DraftTree(*impl.draft(root, last_topk)))
+def core_step(core: Any) -> SimpleNamespace:
+    """What the decoding loop calls each step on a Rust core's drafter (the twin's is its
+    ``trusted_step()``): its ``observe`` and ``commit`` (which check their arguments in Rust,
+    for a few nanoseconds), and ``draft`` with its six arrays wrapped in a ``DraftTree``."""
+    return SimpleNamespace(observe=core.observe, commit=core.commit,
+                           draft=lambda root, last_topk=None: DraftTree(*core.draft(root, last_topk)))
 
 
 class Drafter(Guarded, NoCopy):
@@ -174,7 +167,7 @@ class Drafter(Guarded, NoCopy):
         # backend's methods without the public methods' lock and checks, or this drafter
         # itself where a subclass overrides draft, observe or commit.
         overrides = any(getattr(type(self), name) is not getattr(Drafter, name) for name in ("draft", "observe", "commit"))
-        self._step = self if overrides else step_of(impl)
+        self._step = self if overrides else impl.trusted_step() if hasattr(impl, "trusted_step") else core_step(impl)
         # The twin refuses, once per claim, a drafter that an interrupt left torn.
         self._intact = getattr(impl, "_check_intact", None)
 
@@ -363,49 +356,22 @@ ROOT_ONLY = SimpleNamespace(draft=lambda root, last_topk=None: DraftTree.root_on
 
 def make_drafting(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
                   given: Dict[str, Any]) -> Tuple[Any, int, str]:
-    """The drafting of one ``generate()`` call: a context manager that gives the loop its
-    step (``draft``, ``observe``, ``commit``), the breadth ``k`` of the top-k rows the loop
-    passes, and the method.
-
-    Three kinds of step reach the loop: a new drafter's step, built here for this request
-    alone (nothing to hold; for ``"ar"`` :data:`ROOT_ONLY`); the caller's ``drafter``,
-    checked and claimed for the call (:mod:`racer_ref.guard`); and for ``capacity="auto"``
-    a new ``Drafter`` in an ``AdaptiveDrafter`` (:mod:`racer_ref.speedups.capacity`,
-    imported only when asked for: the loop knows fixed capacities).
-
-    Args:
-        model: the target (its device chooses the default capacity).
-        drafter: the caller's drafter, or ``None``.
-        vocab_size: the model's vocabulary size.
-        method: one of ``METHODS`` (checked), or ``None``: ``"racer"``, or the drafter's.
-        given: ``backend`` and each of :data:`DRAFTER_PARAMETERS` as passed (``None``: not passed).
-
-    Raises:
-        ValueError, TypeError: a drafter parameter the backend refuses (the twin's words,
-            which are the Rust core's), one that contradicts the given drafter, or a bad
-            drafter (:func:`racer_ref.guard.given_drafter`). Before any state changes.
-    """
+    """``(drafting, k, method)`` of one ``generate()`` call (``given``: ``backend`` and the
+    :data:`DRAFTER_PARAMETERS` as passed, ``None`` if not): a context manager that gives the
+    loop a new drafter's step (this request's alone; :data:`ROOT_ONLY` for ``"ar"``), the
+    caller's drafter claimed, or for ``capacity="auto"`` an ``AdaptiveDrafter``; the breadth
+    of the top-k rows; the method. The drafter's rules raise before any state changes."""
     auto = isinstance(given["capacity"], str) and given["capacity"] == "auto"
     if drafter is not None:
-        if auto:
-            raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
-        _check_settings(vocab_size, given)
-        drafter = given_drafter(drafter, vocab_size, {"method": method, **given})
-        own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
-        k = own_breadth if own_breadth is not None else (given["breadth"] or DEFAULT_BREADTH)
-        return hold(drafter), k, getattr(drafter, "method", None) or method or "racer"
+        return _callers_drafting(drafter, vocab_size, method, given, auto)
     settings = {name: default if given[name] is None else given[name] for name, (default, _) in DRAFTER_PARAMETERS.items()}
     if auto:
         settings["capacity"] = DEFAULT_GPU_CAPACITY  # the largest it may choose
     elif given["capacity"] is None:  # the device's default
         settings["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
-    method = "racer" if method is None else method
-    if method == "ar":  # no drafter: the settings are checked all the same, and named if given
-        _check_settings(vocab_size, {**settings, "backend": given["backend"]})
-        for name in (n for n in given if given[n] is not None):
-            warnings.warn(f"{name}: {given[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
-                          stacklevel=4)
-        return contextlib.nullcontext(ROOT_ONLY), 0, "ar"
+    method = "racer" if method is None else method  # (checked by the drafter built below)
+    if isinstance(method, str) and method == "ar":
+        return _root_only_drafting(vocab_size, settings, given)
     if auto:
         from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
 
@@ -413,14 +379,41 @@ def make_drafting(model: Any, drafter: Any, vocab_size: int, method: Optional[st
         auto_drafter = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
         return contextlib.nullcontext(auto_drafter), settings["breadth"], method  # this call's alone
     impl = implementation(given["backend"]).Drafter(method, vocab_size, **settings)  # checks each parameter
-    return contextlib.nullcontext(step_of(impl, owned=True)), settings["breadth"], method
+    # owned: this request's alone, so the twin keeps no undo; the Rust core's step is wrapped
+    step = impl.trusted_step(owned=True) if hasattr(impl, "trusted_step") else core_step(impl)
+    return contextlib.nullcontext(step), settings["breadth"], method
+
+
+def _callers_drafting(drafter: Any, vocab_size: int, method: Optional[str], given: Dict[str, Any],
+                      auto: bool) -> Tuple[Any, int, str]:
+    """:func:`make_drafting` for the caller's ``drafter``: checked (no setting passed may
+    contradict it, :func:`racer_ref.guard.given_drafter`) and claimed for the call."""
+    if method is not None:
+        choice_value(method, "method", METHODS, "racer")
+    if auto:
+        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+    _check_settings(vocab_size, given)
+    drafter = given_drafter(drafter, vocab_size, {"method": method, **given})
+    own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
+    k = own_breadth if own_breadth is not None else (given["breadth"] or DEFAULT_BREADTH)
+    return hold(drafter), k, getattr(drafter, "method", None) or method or "racer"
+
+
+def _root_only_drafting(vocab_size: int, settings: Dict[str, Any], given: Dict[str, Any]) -> Tuple[Any, int, str]:
+    """:func:`make_drafting` for ``"ar"``: no drafter, but its settings are checked all the
+    same, and each one passed is named in a warning (it is not used)."""
+    _check_settings(vocab_size, {**settings, "backend": given["backend"]})
+    for name in (n for n in given if given[n] is not None):
+        warnings.warn(f"{name}: {given[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
+                      stacklevel=5)
+    return contextlib.nullcontext(ROOT_ONLY), 0, "ar"
 
 
 def _check_settings(vocab_size: int, given: Dict[str, Any]) -> None:
     """Check the drafter parameters in ``given`` (``None``: not passed) where no ``Drafter``
     is built to check them (a drafter of the caller's, ``"ar"``): by the twin's rules, which
     are the Rust core's, in one throwaway twin (its table and automaton allocate nothing yet)."""
-    implementation(given["backend"])  # the backend's name
+    backend_name(given["backend"])
     passed = {name: given[name] for name in DRAFTER_PARAMETERS if given[name] is not None}
     if passed:
         if "max_nodes" in passed and "ngram" not in passed:

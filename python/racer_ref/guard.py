@@ -245,7 +245,7 @@ def given_drafter(drafter: Any, vocab_size: int, given: Dict[str, Any]) -> Any:
             raise ValueError(f"{name}: {value!r} contradicts the given drafter's {name} {own!r}; "
                              "leave it out, or build the drafter with it")
         warnings.warn(f"{name}: {value!r} is not used: the given {type(drafter).__name__} has no {name} "
-                      "(the drafter decides)", stacklevel=5)
+                      "(the drafter decides)", stacklevel=6)
     if isinstance(drafter, Guarded) or type(drafter).__module__.startswith("racer_ref."):
         return drafter  # racer_ref's own drafters and wrappers build valid trees (a Drafter is claimed)
     return CheckedDrafter(drafter, vocab_size)

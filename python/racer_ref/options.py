@@ -22,9 +22,8 @@ import torch
 
 from racer_ref.drafter import DRAFTER_PARAMETERS, make_drafting
 from racer_ref.exactness import make_plan
-from racer_ref.reference.limits import at_least, check_token_ids, choice_value, int_kind
+from racer_ref.reference.limits import at_least, check_token_ids, int_kind
 from racer_ref.sampling import check_sampling_arguments
-from racer_ref.tree import METHODS
 from racer_ref.verify import forward_tree, make_cache
 
 #: generate()'s keyword options and their defaults (each described on :class:`Options`):
@@ -159,17 +158,11 @@ class Options:
 
 
 def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, options: Dict[str, Any]) -> Options:
-    """Check every argument of :func:`racer_ref.generate` and resolve them into :class:`Options`.
-
-    ``options``: the keyword options as given (the others take :data:`OPTIONS`). Each argument
-    is checked once, by the rule at its parameter on :class:`Options`; one not given is not.
-
-    Raises:
-        ValueError: a value out of range or contradicting another (a drafter parameter or
-            ``method`` against the given ``drafter``), an unsupported cache or model.
-        TypeError: a value of the wrong kind, or an unknown option. The message names the
-            argument; all are raised before any work is done (no forward pass, no drafter update).
-    """
+    """Check every argument of :func:`racer_ref.generate` (``options``: the keyword options
+    given; the others take :data:`OPTIONS`) once, by the rule at its parameter on
+    :class:`Options`, and resolve them into :class:`Options`. ``ValueError`` (out of range,
+    contradicting another, an unsupported cache or model) or ``TypeError`` (the wrong kind, an
+    unknown option), naming the argument, before any work (no forward pass, no drafter update)."""
     unknown = [name for name in options if name not in OPTIONS]
     if unknown:
         raise TypeError(f"generate() got an unexpected keyword argument {unknown[0]!r}")
@@ -177,12 +170,17 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; use a decoder-only causal LM")
-    method = None if a["method"] is None else choice_value(a["method"], "method", METHODS, "racer")
-    at_least(max_new_tokens, "max_new_tokens", 0)
+    vocab_size = int(config.vocab_size)
+    # The drafter's rules (racer_ref.reference.limits) give each message; a value that plainly
+    # keeps them (an int >= 0, ids in range) needs no call. (method: checked when the drafter is made)
+    if type(max_new_tokens) is not int or max_new_tokens < 0:
+        at_least(max_new_tokens, "max_new_tokens", 0)
+    ids = _prompt_ids(tokenizer, prompt)
+    if ids.dtype == object or ids.min() < 0 or ids.max() >= vocab_size:
+        check_token_ids("prompt", ids, vocab_size)
+    prompt_ids = ids.astype(np.int64)
     if "temperature" in options or "top_p" in options:  # (the defaults, greedy, need no check)
         check_sampling_arguments(a["temperature"], a["top_p"])
-    vocab_size = int(config.vocab_size)
-    prompt_ids = _prompt_ids(tokenizer, prompt, vocab_size)
     max_length = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None)  # (MPT)
     if max_length is not None and len(prompt_ids) >= max_length:
         raise ValueError(f"prompt: {len(prompt_ids)} tokens leave no room in the context length {max_length}")
@@ -201,22 +199,25 @@ def resolve(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: Any, option
         config_eos = getattr(generation_config, "eos_token_id", None)
         eos = [] if config_eos is None else _eos_ids(config_eos)
     stops = None if a["stop"] is None else _stop_strings(tokenizer, a["stop"])
+    # Would model.generate(do_sample=False) apply processors from the config (a key not in NO_PROCESSOR_KEYS)?
+    processes = (generation_config is not None and hasattr(model, "_get_logits_processor")
+                 and not set(generation_config.to_diff_dict()) <= NO_PROCESSOR_KEYS)
     cache = make_cache(model, a["cache"])
     generator = None if a["generator"] is None and a["seed"] is None else _generator(a["generator"], a["seed"])
     for name in ("observe_rejected", "probe"):
         if not isinstance(a[name], (bool, np.bool_)):
             raise TypeError(f"{name}: expected a bool, got {type(a[name]).__name__}")
-    _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
+    if any(a[name] is not None for name in ("callback", "stopping_criteria", "streamer")):
+        _check_hooks(a["callback"], a["stopping_criteria"], a["streamer"])
     processors = None  # plain decoding: the raw logits are the target's scores, no processor code runs
-    if a["logits_processor"] is not None or _config_processes(model):
+    if a["logits_processor"] is not None or processes:
         from racer_ref.integrations.processing import tree_processor
 
         processors = tree_processor(model, a["logits_processor"], prompt_ids.tolist(), max_new_tokens,
                                     a["eos_token_id"])
     given = {name: a[name] for name in (*DRAFTER_PARAMETERS, "backend")}
-    drafting, k, method = make_drafting(model, a["drafter"], vocab_size, method, given)
-    # Every argument is checked: now the model's attention may change (on a CPU; after the first
-    # call with this model only an SDPA model has something to do there).
+    drafting, k, method = make_drafting(model, a["drafter"], vocab_size, a["method"], given)
+    # Every argument is checked: now the model's attention may change (on a CPU, once per model but for SDPA).
     if model.device.type == "cpu" and not getattr(model, "racer_cpu_checked", False):
         from racer_ref.speedups.attention import prepare_cpu_attention
 
@@ -249,8 +250,8 @@ def _check_hooks(callback: Any, stopping_criteria: Any, streamer: Any) -> None:
         raise TypeError(f"streamer: expected an object with put() and end(), got {type(streamer).__name__}")
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> np.ndarray:
-    """Validate ``prompt`` (batch size 1) and return its ``(P,)`` int64 token ids."""
+def _prompt_ids(tokenizer: Any, prompt: Any) -> np.ndarray:
+    """``prompt`` checked (batch size 1, integer ids): its ``(P,)`` ids, int64 (objects past 64 bits)."""
     if isinstance(prompt, str):
         if not callable(tokenizer):
             raise (ValueError if tokenizer is None else TypeError)(
@@ -262,12 +263,6 @@ def _prompt_ids(tokenizer: Any, prompt: Any, vocab_size: int) -> np.ndarray:
         ids = _ids_of_array(prompt)
     if not ids:
         raise ValueError("prompt: empty; give at least one token")
-    check_token_ids("prompt", _int_array(ids), vocab_size)  # the drafter's rule, in its words
-    return np.asarray(ids, dtype=np.int64)
-
-
-def _int_array(ids: List[int]) -> np.ndarray:
-    """Python ints as an int64 array, or as an object array where one does not fit 64 bits."""
     try:
         return np.asarray(ids, dtype=np.int64)
     except OverflowError:
@@ -317,7 +312,7 @@ def _eos_ids(eos_token_id: Any, vocab_size: Optional[int] = None) -> List[int]:
         raise TypeError(f"eos_token_id: expected an int or a list of ints, got {eos_token_id!r}")
     ids = sorted({int(v) for v in values})
     if vocab_size is not None and ids:
-        check_token_ids("eos_token_id", _int_array(ids), vocab_size)  # the drafter's rule, in its words
+        check_token_ids("eos_token_id", np.asarray(ids, dtype=object), vocab_size)  # the drafter's rule, in its words
     return ids
 
 
@@ -345,12 +340,3 @@ def _generator(generator: Any, seed: Any) -> Optional[torch.Generator]:
     if generator is None and seed is not None:
         generator = torch.Generator().manual_seed(int(seed))
     return generator
-
-
-def _config_processes(model: Any) -> bool:
-    """Whether ``model.generate(do_sample=False)`` would apply logits processors from the
-    model's generation config: a setting away from transformers' defaults that is not one
-    of :data:`NO_PROCESSOR_KEYS`."""
-    config = getattr(model, "generation_config", None)
-    return (config is not None and hasattr(model, "_get_logits_processor")
-            and not set(config.to_diff_dict()) <= NO_PROCESSOR_KEYS)

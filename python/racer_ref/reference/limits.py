@@ -55,8 +55,7 @@ MAX_TABLE_ENTRIES = 1 << 28
 
 
 def int_kind(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int of any size; TypeError for bool and non-integers (the kind
-    half of :func:`int_value`)."""
+    """``value`` as a Python int of any size; TypeError for bool and non-integers."""
     where = "" if index is None else f"element {index} "
     # bool is a subclass of int in Python, but True is not a token id: refuse it.
     if isinstance(value, bool):
@@ -83,8 +82,7 @@ def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
 
 
 def at_least(value: Any, arg: str, low: int) -> int:
-    """``value`` as an int (:func:`int_value`), ValueError below ``low`` (the Rust core's
-    ``"must be >= 1"``)."""
+    """``value`` as an int (:func:`int_value`); ValueError below ``low``."""
     v = int_value(value, arg)
     if v < low:
         raise ValueError(f"{arg}: must be >= {low}, got {v}")
