@@ -117,6 +117,10 @@ class Drafter(Guarded, NoCopy):
 
     ``None`` for a parameter means its default; ``vocab_size`` has no default.
 
+    Attributes: ``method``, ``vocab_size``, ``backend`` and each of
+    :data:`DRAFTER_PARAMETERS` (``capacity``, ``breadth``, ``ngram``, ``max_nodes``, ``tree``):
+    the fixed settings, read-only, readable at any time.
+
     Raises:
         ValueError: unknown method or backend, or a parameter out of range.
         TypeError: ``backend`` not a string (``None`` means ``"rust"``).

@@ -26,6 +26,7 @@ the faster path (CPU tensors, a mask, more than one query, a grouped model, no d
 extra position bias or soft-capping) and hands every other call, unchanged, to transformers'
 own ``sdpa_attention_forward``. The arithmetic is the same attention: outputs agree with
 ``"sdpa"`` to float rounding (tested), and greedy decoding is unchanged.
+:func:`prepare_cpu_attention` is what ``generate()`` does with it on a CPU (once per model).
 """
 
 from __future__ import annotations
