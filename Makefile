@@ -51,7 +51,7 @@ $(EXT): $(RUST_SRC) | $(DEPS)
 
 # The main job: a short demo on the embedded default model.
 demo: setup
-	$(PY) -m racer_ref.demo
+	$(PY) -m racer_ref.app.demo
 
 # Every test: the Rust unit tests, then pytest (Python twin, Rust-vs-Python, tutorials),
 # then the documentation's strict build (broken links, snippets or references fail).

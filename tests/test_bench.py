@@ -20,7 +20,7 @@ from racer_ref.speedups.capacity import (AdaptiveDrafter, CapacityController, ex
                                          profile_forward)
 from racer_ref.harness.datasets import Prompt, encode_prompt
 from racer_ref.harness.trace import render_step, save_trace
-from racer_ref.wrappers import StepRecorder, accepted_path
+from racer_ref.harness.records import StepRecorder, accepted_path
 
 PROMPTS = [
     Prompt("p0", "prose", "Repeat after me: the cat sat on the mat, the cat sat on the mat."),
@@ -47,8 +47,8 @@ def lm(tokenizer):
 
 def test_parse_methods_and_capacity():
     assert B.parse_methods("ar, racer,ar") == ["ar", "racer"]
-    assert B.parse_methods("all") == list(B.METHODS)
-    assert B.parse_methods("all,racer@16,ar") == list(B.METHODS) + ["racer@16"]
+    assert B.parse_methods("all") == list(B.RUN_METHODS)
+    assert B.parse_methods("all,racer@16,ar") == list(B.RUN_METHODS) + ["racer@16"]
     for bad in ("", "ar,nope", "hf"):
         with pytest.raises(ValueError, match="methods: expected"):
             B.parse_methods(bad)
@@ -56,12 +56,15 @@ def test_parse_methods_and_capacity():
     assert B.split_method("logits@8") == ("logits", 8) and B.split_method("pld") == ("pld", None)
     with pytest.raises(ValueError, match="'ar' takes no @capacity"):
         B.parse_methods("ar@4")
-    with pytest.raises(ValueError, match="capacity: expected"):
+    with pytest.raises(ValueError, match=r"capacity: must be in \[1, 4096\], got 0"):
         B.parse_methods("racer@0")
     assert B.parse_capacity("auto") == "auto" and B.parse_capacity(" AUTO ") == "auto"
     assert B.parse_capacity("16") == 16
-    for bad in ("0", "4097", "x", "1.5"):
-        with pytest.raises(ValueError, match=r"capacity: expected an integer in \[1, 4096\] or 'auto'"):
+    for bad in ("0", "4097"):
+        with pytest.raises(ValueError, match=r"capacity: must be in \[1, 4096\], got " + bad):
+            B.parse_capacity(bad)
+    for bad in ("x", "1.5"):
+        with pytest.raises(ValueError, match=r"capacity: must be an int in \[1, 4096\] or 'auto'"):
             B.parse_capacity(bad)
 
 
@@ -603,7 +606,7 @@ def test_protocol_options_are_checked_before_anything_is_written(lm, tokenizer, 
     (["--drafter-state", "global"], "--drafter-state"),
 ])
 def test_bench_cli_names_the_bad_argument(argv, named, capsys):
-    from racer_ref.cli import build_parser
+    from racer_ref.app.cli import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--dataset", "specbench"] + argv)
@@ -612,7 +615,7 @@ def test_bench_cli_names_the_bad_argument(argv, named, capsys):
 
 
 def test_bench_cli_protocol_defaults_and_values():
-    from racer_ref.cli import build_parser
+    from racer_ref.app.cli import build_parser
 
     args = build_parser().parse_args(["bench", "--dataset", "specbench"])
     assert (args.turns, args.warmup, args.warmup_tokens, args.drafter_state) == ("all", 1, 16, "per-request")
@@ -637,3 +640,12 @@ def test_speedups_and_mat_per_turn_from_rows(tmp_path):
     assert "| `racer` | 2 | 1 | 10 | 2 | 5.00 | 20.0 | 4.00x | n/a |" in text
     assert "| `racer` | all | 2 | 20 | 6 | 3.33 | 20.0 | 3.00x | n/a |" in text
     assert "| `racer` | 2 | 20 | 6 | 3.33 |" in text  # overall: 2 generations of one question
+
+
+def test_the_run_methods_are_the_drafting_methods_and_the_baselines():
+    """One list of drafting methods (racer_ref.tree.METHODS); the harness's list only orders them with the baselines."""
+    from racer_ref.harness.baselines import HF_METHODS
+    from racer_ref.harness.summary import RUN_METHODS
+    from racer_ref.tree import METHODS
+
+    assert sorted(RUN_METHODS) == sorted(METHODS + HF_METHODS) and RUN_METHODS[0] == "ar"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from racer_ref.course import check
-from racer_ref.cli import main as cli_main
+from racer_ref.app.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((REPO / "exercises").glob("[0-9][0-9]_*.py"))

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models import single_thread, tiny_model  # noqa: F401
-from racer_ref import cli
-from racer_ref.demo import DEMO_MAX_NEW_TOKENS
+from racer_ref.app import cli
+from racer_ref.app.demo import DEMO_MAX_NEW_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_entry_point_is_declared():
     from pathlib import Path
 
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["racer-ref"] == "racer_ref.cli:main"
+    assert pyproject["project"]["scripts"]["racer-ref"] == "racer_ref.app.cli:main"
     assert callable(cli.main)
 
 
@@ -66,8 +66,9 @@ def test_every_option_with_a_default_shows_it_in_help():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["generate", "--capacity", "0", "hi"], "capacity: expected an integer in [1, 4096] or 'auto'"),
-    (["generate", "--method", "hf-pld", "hi"], "invalid choice: 'hf-pld'"),
+    (["generate", "--capacity", "0", "hi"], "argument --capacity: capacity: must be in [1, 4096], got 0"),
+    (["generate", "--capacity", "x", "hi"], "capacity: must be an int in [1, 4096] or 'auto', got 'x'"),
+    (["generate", "--method", "hf-pld", "hi"], 'argument --method: method: unknown method "hf-pld"; expected one of'),
     (["bench", "--methods", "ar,foo", "--dataset", "humaneval"], "methods: expected names from ar, hf-greedy"),
     (["bench", "--methods", "ar"], "one of the arguments --dataset --questions is required"),
     (["bench", "--dataset", "humaneval", "--questions", "x.jsonl"], "not allowed with argument"),
@@ -218,7 +219,7 @@ def test_bench_reports_data_errors_without_a_traceback(tmp_path):
 def test_demo_runs_racer_against_greedy(model_dir):
     from rich.console import Console
 
-    from racer_ref.demo import DEMO_PROMPTS
+    from racer_ref.app.demo import DEMO_PROMPTS
     from racer_ref.harness.models import load_model
 
     model, tok = load_model(model_dir)
@@ -250,7 +251,7 @@ def test_demo_second_turn_continues_the_first(model_dir, monkeypatch):
     message, then the follow-up (the chat template of a two-turn conversation)."""
     from rich.console import Console
 
-    from racer_ref import demo
+    from racer_ref.app import demo
     from racer_ref.harness.datasets import encode_conversation
     from racer_ref.harness.models import load_model
 
@@ -279,7 +280,7 @@ def test_demo_second_turn_continues_the_first(model_dir, monkeypatch):
 
 
 def test_longest_copy_and_why_line():
-    from racer_ref.demo import longest_copy, why_line
+    from racer_ref.app.demo import longest_copy, why_line
 
     assert longest_copy([5, 1, 2, 3, 4, 9], [7, 2, 3, 4, 8, 1]) == (1, 3)  # "2 3 4"
     assert longest_copy([1, 2], [3, 4]) == (0, 0)
@@ -292,8 +293,8 @@ def test_longest_copy_and_why_line():
 def test_accepted_sources_counts_the_accepted_nodes():
     import numpy as np
 
-    from racer_ref.demo import accepted_sources
-    from racer_ref.wrappers import TraceStep
+    from racer_ref.app.demo import accepted_sources
+    from racer_ref.harness.records import TraceStep
     from racer_ref.tree import SOURCE_BOTH, SOURCE_LOGITS, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
 
     # root 4 -> 1 (retrieval) -> 2 (both); root -> 9 (copy-logit table)
@@ -305,7 +306,7 @@ def test_accepted_sources_counts_the_accepted_nodes():
 
 
 def test_demo_flags_a_busy_machine():
-    from racer_ref.demo import timing_warnings
+    from racer_ref.app.demo import timing_warnings
 
     assert timing_warnings(2.4, 2) == []  # load 2.4 on 2 CPUs: the demo's own threads
     busy = timing_warnings(2.6, 2)
@@ -351,13 +352,13 @@ def test_version(capsys):
 
 def test_generate_flags_a_busy_machine(model_dir, monkeypatch, capsys):
     """The speedup line of ``racer-ref generate`` comes with the demo's busy-machine warning."""
-    import racer_ref.demo
+    import racer_ref.app.demo
 
-    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 99.0)
+    monkeypatch.setattr(racer_ref.app.demo, "_load_average", lambda: 99.0)
     args = ["generate", "--max-new-tokens", "4", "--model", str(model_dir), "--device", "cpu", "--capacity", "8", "hi"]
     assert cli.main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "warning: The machine was busy (load average 99.0" in out
-    monkeypatch.setattr(racer_ref.demo, "_load_average", lambda: 0.0)
+    monkeypatch.setattr(racer_ref.app.demo, "_load_average", lambda: 0.0)
     assert cli.main(args) == 0
     assert "The machine was busy" not in capsys.readouterr().out

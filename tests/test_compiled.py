@@ -156,7 +156,7 @@ def test_a_model_without_the_direct_forward_is_refused():
 def test_cli_compile_argument():
     import argparse
 
-    from racer_ref.cli import _compile_arg
+    from racer_ref.app.cli import _compile_arg
 
     assert _compile_arg("off") is None
     assert _compile_arg("16,1,16") == [1, 16]
@@ -166,7 +166,7 @@ def test_cli_compile_argument():
 
 
 def test_cli_default_capacity_is_the_largest_compiled_size(compiled_model):
-    from racer_ref.cli import default_capacity
+    from racer_ref.app.cli import default_capacity
 
     model, fast, passes, _ = compiled_model
     assert default_capacity(None, model) == 4

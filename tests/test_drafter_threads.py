@@ -21,7 +21,7 @@ import torch
 
 from models import greedy_reference, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
-from racer_ref.drafter import DrafterInUseError
+from racer_ref.guard import DrafterInUseError
 from racer_ref.decoding import generate
 
 VOCAB = 128

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 import racer_ref
-from racer_ref import cli
+from racer_ref.app import cli
 
 
 @pytest.fixture

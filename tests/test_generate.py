@@ -20,7 +20,11 @@ from transformers import DynamicCache
 import racer_ref.decoding as decoding_module
 from models import KINDS, OracleDrafter, greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref import Drafter
-from racer_ref.decoding import DEFAULT_CPU_CAPACITY, METHODS, TIMING_KEYS, clip_draft_tree, generate
+from racer_ref.decoding import generate
+from racer_ref.tree import clip_draft_tree
+from racer_ref.drafter import DEFAULT_CPU_CAPACITY
+from racer_ref.metrics import TIMING_KEYS
+from racer_ref.tree import METHODS
 
 VOCAB = 128
 NEW = 40
@@ -413,7 +417,7 @@ def bad_calls():
         (TypeError, "prompt", dict(model=m, prompt=3.5)),
         (ValueError, "max_new_tokens", dict(model=m, prompt=p, max_new_tokens=-1)),
         (ValueError, "capacity", dict(model=m, prompt=p, capacity=0)),
-        (TypeError, "capacity: expected an int", dict(model=m, prompt=p, capacity="fast")),
+        (TypeError, "capacity: must be an int, got str", dict(model=m, prompt=p, capacity="fast")),
         (ValueError, "capacity: 'auto' builds its own drafter",
          dict(model=m, prompt=p, capacity="auto", drafter=Drafter("racer", vocab_size=VOCAB))),
         (ValueError, "breadth", dict(model=m, prompt=p, breadth=0)),
@@ -437,12 +441,12 @@ def regress_bad_calls(m, sliding, p):
     naming the argument, and nothing is silently accepted or raised after a forward pass."""
     return [
         (ValueError, r"batch size 1.*shape \(\)", dict(model=m, prompt=torch.tensor(5))),
-        (ValueError, r"got \[9223372036854775808\]", dict(model=m, prompt=[1, 2**63])),  # no float64 / wrap
-        (ValueError, r"got \[18446744073709551616\]", dict(model=m, prompt=[2**64])),
+        (ValueError, r"prompt: token id 9223372036854775808 at index 1 is outside", dict(model=m, prompt=[1, 2**63])),  # no float64 / wrap
+        (ValueError, r"prompt: token id 18446744073709551616 at index 0 is outside", dict(model=m, prompt=[2**64])),
         (TypeError, "prompt: expected integer token ids, got list", dict(model=m, prompt=[[1], [2, 3]])),
         (TypeError, "prompt: expected integer token ids, got bool", dict(model=m, prompt=[1, True])),
-        (TypeError, "max_new_tokens: expected an int", dict(model=m, prompt=p, max_new_tokens=2.0)),
-        (TypeError, "capacity: expected an int", dict(model=m, prompt=p, capacity=64.0)),
+        (TypeError, "max_new_tokens: must be an int, got float", dict(model=m, prompt=p, max_new_tokens=2.0)),
+        (TypeError, "capacity: must be an int, got float", dict(model=m, prompt=p, capacity=64.0)),
         (ValueError, "capacity: is out of range", dict(model=m, prompt=p, method="racer", capacity=2**64)),
         (ValueError, "backend", dict(model=m, prompt=p, method="ar", backend="gpu")),
         (ValueError, "ngram", dict(model=m, prompt=p, method="ar", ngram=1)),
@@ -512,12 +516,12 @@ def test_moved_module_paths_import_the_new_modules(monkeypatch):
     with pytest.warns(DeprecationWarning, match="racer_ref.models moved to racer_ref.harness.models"):
         old = importlib.import_module("racer_ref.models")
     assert old is racer_ref.harness.models
-    import racer_ref.wrappers
+    import racer_ref.harness.records
 
     monkeypatch.delitem(sys.modules, "racer_ref.hooks", raising=False)
-    with pytest.warns(DeprecationWarning, match="racer_ref.hooks moved to racer_ref.wrappers"):
+    with pytest.warns(DeprecationWarning, match="racer_ref.hooks moved to racer_ref.harness.records"):
         from racer_ref.hooks import StepRecorder
-    assert StepRecorder is racer_ref.wrappers.StepRecorder
+    assert StepRecorder is racer_ref.harness.records.StepRecorder
     for name, new in racer_ref.MOVED_MODULES.items():
         assert importlib.import_module(name) is importlib.import_module(new), name
     assert racer_ref.kv_cache is racer_ref.speedups.kv_cache

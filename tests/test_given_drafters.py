@@ -2,7 +2,7 @@
 trial found after the minimal route (issue 25) and how each case is answered now.
 
 - A drafter whose class racer_ref does not define has every tree checked before the target
-  sees it (``racer_ref.wrappers.CheckedDrafter``): a tree the loop cannot verify is a
+  sees it (``racer_ref.guard.CheckedDrafter``): a tree the loop cannot verify is a
   ``RuntimeError`` naming the drafter, never a wrong output or an error deep in the model.
 - A ``racer_ref.Drafter`` subclass that overrides ``draft`` is stepped through its override.
 - ``method="ar"`` refuses out-of-range drafter settings as every other method does.
@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 
 import racer_ref
-import racer_ref.drafter as facade
+import racer_ref.guard as guard
 from models import greedy_reference, tiny_model
 from racer_ref.tree import DraftTree, tree_attention_mask
 
@@ -121,8 +121,8 @@ def test_every_method_refuses_the_same_drafter_settings(model, method, settings,
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(drafter=racer_ref.Drafter), TypeError, "drafter: expected a drafter, got the class Drafter"),
-    (dict(method=1), TypeError, "method: expected one of"),
-    (dict(method=np.array(["racer", "pld"])), TypeError, "method: expected one of"),
+    (dict(method=1), TypeError, "method: must be a str, got int"),
+    (dict(method=np.array(["racer", "pld"])), TypeError, "method: must be a str, got ndarray"),
     (dict(capacity=np.array([5, 6])), TypeError, "capacity: must be an int, got ndarray"),
     (dict(prompt="hello", tokenizer=5), TypeError, "prompt: a string prompt needs a tokenizer .* tokenizer=int"),
 ])
@@ -173,8 +173,8 @@ def test_the_facade_reads_backend_none_as_rust_and_refuses_other_kinds():
 def test_a_claim_cut_short_in_its_clean_up_leaves_the_drafter_usable(model, backend):
     """A Ctrl-C on the claim's clean-up line, before the lock is released (a tracer raises it there)."""
     d = racer_ref.Drafter("racer", vocab_size=VOCAB, capacity=16, backend=backend)
-    claim_code = facade.Drafter.claim.__wrapped__.__code__
-    lines = [i for i, line in enumerate(open(facade.__file__), 1) if "self._lock.release()" in line]
+    claim_code = racer_ref.Drafter.claim.__wrapped__.__code__
+    lines = [i for i, line in enumerate(open(guard.__file__), 1) if "self._lock.release()" in line]
     target = next(i for i in lines if claim_code.co_firstlineno < i)
 
     def local(frame, event, arg):

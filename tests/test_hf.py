@@ -164,7 +164,7 @@ def test_every_tree_node_gets_the_distribution_of_plain_sampling(name):
     committed = PROMPT + [7, 3]  # prompt + output so far; the last token is the root
     processors = processors_from_generation_config(m, PROMPT, do_sample=True, **SAMPLING[name])
     tree = make_tree([3, 9, 5, 12, 9, 7, 3], [-1, 0, 0, 1, 1, 2, 5])
-    from racer_ref.options import make_cache as _make_cache
+    from racer_ref.verify import make_cache as _make_cache
     from racer_ref.verify import forward_prompt, forward_tree
 
     cache = _make_cache(m, None)

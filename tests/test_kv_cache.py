@@ -9,7 +9,7 @@ from transformers.cache_utils import DynamicLayer
 
 from models import greedy_reference, make_tree, single_thread, tiny_model  # noqa: F401
 from racer_ref.decoding import generate
-from racer_ref.options import make_cache as _make_cache
+from racer_ref.verify import make_cache as _make_cache
 from racer_ref.speedups.kv_cache import MIN_SLOTS, GrowingLayer, growing_cache
 from racer_ref.verify import forward_prompt, forward_tree, keep_accepted
 

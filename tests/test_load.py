@@ -23,9 +23,9 @@ def test_busy_warnings_uses_the_higher_known_load():
 
 
 def test_the_demo_and_the_tutorial_use_the_same_rule():
-    import racer_ref.demo
+    import racer_ref.app.demo
 
-    assert racer_ref.demo.timing_warnings is load.timing_warnings
+    assert racer_ref.app.demo.timing_warnings is load.timing_warnings
     tutorial = Path(__file__).resolve().parents[1] / "tutorials" / "08_racer_on_a_real_model.py"
     text = tutorial.read_text(encoding="utf-8")
     assert "from racer_ref.harness.load import busy_warnings, load_average, load_report" in text

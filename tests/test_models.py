@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from racer_ref import cli
+from racer_ref.app import cli
 from racer_ref.harness.models import (DEFAULT_MODEL_WHEEL, check_conversion, default_model_dir, load_default_model,
                               load_model)
 

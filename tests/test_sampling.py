@@ -16,7 +16,7 @@ import torch
 
 from models import make_tree, single_thread, tiny_model  # noqa: F401 (single_thread: autouse fixture)
 from racer_ref.decoding import generate
-from racer_ref.options import check_sampling_arguments
+from racer_ref.sampling import check_sampling_arguments
 from racer_ref.sampling import target_probs
 from racer_ref.verify import accept_sampling
 

@@ -14,7 +14,7 @@ import pytest
 
 from models import tiny_model
 from racer_ref.decoding import generate
-from racer_ref.options import StopStrings
+from racer_ref.decoding import StopStrings
 
 VOCAB = 128
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12] * 3 + [5, 6, 7]

@@ -15,6 +15,13 @@ Usage::
     python docs/scripts/route.py --backend python
     python docs/scripts/route.py --write    # regenerate docs/includes/one-step-route.md
 
+The same decode also follows one argument, ``max_new_tokens``, from ``generate()`` through the
+calls that pass it on (:func:`journey`): every call of a ``racer_ref`` function that receives
+the very object as an argument (by name, inside ``*args`` / ``**kwargs``, or one level down in
+a dict, list or tuple argument) from a function that received it; its *returns* are the calls
+that bring it back into a file it had left. (What runs is followed, so a branch the decode
+does not take, such as the logits processors', is not.)
+
 The docs page "One step, in the code" (docs/explanation/one-step.md) includes the output
 of ``--write``; ``tests/test_route.py`` checks that the file matches a fresh run.
 """
@@ -33,8 +40,10 @@ from typing import Dict, List, Tuple
 INCLUDE = Path(__file__).resolve().parents[1] / "includes" / "one-step-route.md"
 #: The traced prompt: a passage that repeats, so that drafting has something to copy.
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12] * 4 + [5, 6, 7]
-#: The limits the package keeps to (issue 25's targets): lines, files, file changes.
-TARGETS = {"python": (1150, 10, 30), "rust": (500, 5, None)}
+#: The limits the package keeps to: lines, files, file changes (tests/test_route.py).
+TARGETS = {"python": (1150, 12, 31), "rust": (500, 5, None)}
+#: The most times ``max_new_tokens`` may come back into a file it had left (issue 35).
+MAX_RETURNS = 2
 
 
 def tiny_llama():
@@ -108,6 +117,56 @@ def trace(backend: str) -> List[Tuple[str, str, int, int]]:
     return order
 
 
+def journey(backend: str) -> List[Tuple[str, str]]:
+    """``(file, function)`` of every call that ``max_new_tokens`` is passed to, in call order,
+    in the traced decode: a call of a ``racer_ref`` function with the very object among its
+    arguments, made by ``generate()`` or by a function that received it too. (The object is
+    an ``int`` of its own class, so that no other 24 is taken for it.)"""
+    import racer_ref
+
+    class Carried(int):
+        """``max_new_tokens``, told apart from every other int by its identity."""
+
+    root = os.path.dirname(os.path.abspath(racer_ref.__file__)) + os.sep
+    model, carried = tiny_llama(), Carried(24)
+    racer_ref.generate(model, None, PROMPT, max_new_tokens=24, backend=backend, capacity=16)  # warm-up
+    carriers, order = [], []
+
+    def receives(frame) -> bool:
+        code, names = frame.f_code, frame.f_code.co_varnames
+        count = code.co_argcount + code.co_kwonlyargcount
+        values = [frame.f_locals.get(name) for name in names[:count]]
+        for flag, name in ((0x04, names[count] if code.co_flags & 0x04 else None),
+                           (0x08, names[count + bool(code.co_flags & 0x04)] if code.co_flags & 0x08 else None)):
+            packed = frame.f_locals.get(name) if name else None
+            values += list(packed.values() if isinstance(packed, dict) else packed or ())
+        # ... or one level down, in a dict, list or tuple passed on (an options dict, say)
+        values += [item for value in values if isinstance(value, (dict, list, tuple))
+                   for item in (value.values() if isinstance(value, dict) else value)]
+        return any(value is carried for value in values)
+
+    def profile(frame, event, arg):
+        if event != "call" or not frame.f_code.co_filename.startswith(root):
+            return
+        first = not carriers and frame.f_code.co_name == "generate"
+        if (first or frame.f_back in carriers) and receives(frame):
+            carriers.append(frame)
+            order.append((frame.f_code.co_filename[len(root):].replace(os.sep, "/"), frame.f_code.co_qualname))
+
+    sys.setprofile(profile)
+    try:
+        racer_ref.generate(model, None, PROMPT, max_new_tokens=carried, method="racer", backend=backend, capacity=16)
+    finally:
+        sys.setprofile(None)
+    return order
+
+
+def returns(order: List[Tuple[str, str]]) -> int:
+    """How many calls of ``order`` bring it back into a file it had left."""
+    files = [path for i, (path, _) in enumerate(order) if i == 0 or order[i - 1][0] != path]
+    return sum(1 for i, path in enumerate(files) if path in files[:i])
+
+
 def figures(order: List[Tuple[str, str, int, int]]) -> Dict[str, object]:
     """Lines (the union of the functions' line ranges, so a nested def counts once), functions,
     files, file changes, and per file its functions and lines, files in first-call order."""
@@ -122,8 +181,9 @@ def figures(order: List[Tuple[str, str, int, int]]) -> Dict[str, object]:
             "per_file": [(path, functions[path], len(lines)) for path, lines in per_file.items()]}
 
 
-def markdown(backend: str, order: List[Tuple[str, str, int, int]]) -> str:
-    """The route of one backend as Markdown: totals, files, then the reading order."""
+def markdown(backend: str, order: List[Tuple[str, str, int, int]], passed: List[Tuple[str, str]]) -> str:
+    """The route of one backend as Markdown: totals, files, the reading order, then where
+    ``max_new_tokens`` goes (``passed``: :func:`journey`)."""
     fig = figures(order)
     name = {"python": "the Python twin (`backend=\"python\"`)", "rust": "the Rust core (`backend=\"rust\"`)"}[backend]
     out = [f"**With {name}**: {fig['lines']:,} lines in {fig['functions']} functions in "
@@ -139,6 +199,9 @@ def markdown(backend: str, order: List[Tuple[str, str, int, int]]) -> str:
         else:
             runs.append((path, [label]))
     out += [f"{i}. `{path}`: {', '.join(labels)}" for i, (path, labels) in enumerate(runs, 1)]
+    out += ["", f"`max_new_tokens` from `generate()`: passed to {len(passed)} functions "
+            f"({', '.join(f'`{path}` `{name}`' for path, name in passed)}); it comes back into a file it "
+            f"had left {returns(passed)} times."]
     return "\n".join(out) + "\n"
 
 
@@ -151,7 +214,7 @@ def backends() -> List[str]:
 
 def render(chosen: List[str]) -> str:
     head = ("<!-- Generated by docs/scripts/route.py --write; tests/test_route.py checks it. -->\n\n")
-    return head + "\n".join(markdown(b, trace(b)) for b in chosen)
+    return head + "\n".join(markdown(b, trace(b), journey(b)) for b in chosen)
 
 
 def main(argv: List[str] = None) -> int:

@@ -12,14 +12,16 @@ Public names (imported lazily, so that ``import racer_ref`` does not load torch)
 * ``generate``, ``GenerationResult``: lossless RACER decoding on a Hugging Face causal LM.
 * ``METHODS``: the drafting methods, ``"ar"`` (plain decoding) included.
 
-The package in two tiers (imports run one way: cli -> harness -> decoding -> drafter -> core).
+The package in two tiers (imports run one way: app -> harness -> decoding -> drafter -> core).
 The top level is the core a student reads:
 
 * ``decoding.py``: the decoding loop; ``options.py``: its boundary (every argument checked
   once, resolved into one frozen ``Options``);
-* ``verify.py`` (one forward pass over the tree, acceptance), ``tree.py`` (the draft-tree
-  contract), ``drafter.py`` (the drafter facade over both backends), ``wrappers.py``
-  (drafter wrappers), ``sampling.py``, ``metrics.py``.
+* ``verify.py`` (the KV cache, one forward pass over the tree, acceptance), ``tree.py`` (the
+  draft-tree contract), ``drafter.py`` (the drafter facade over both backends, and the
+  drafting of a ``generate()`` call), ``guard.py`` (one caller at a time, fork safety, a
+  drafter of the caller's claimed and checked), ``sampling.py``, ``metrics.py``,
+  ``exactness.py`` (how a model verifies exactly).
 
 Sub-packages:
 
@@ -27,8 +29,9 @@ Sub-packages:
 * ``integrations/``: transformers ``custom_generate`` (``hf``), tree logits processors
   (``processing``), vLLM (``vllm``), the chain drafter (``chain``);
 * ``speedups/``: optional speed-ups that plug in through ``options.py`` (the loop works without them);
+* ``app/``: the ``racer-ref`` command line and the demo;
 * ``course/``: the course kit's checker (``racer-ref check``) and the shared test cases;
-* ``harness/``: models, datasets, baselines, benchmarks and traces for the command line.
+* ``harness/``: models, datasets, baselines, benchmarks, step records and traces for the command line.
 """
 
 from __future__ import annotations
@@ -46,11 +49,11 @@ __version__ = "0.1.0"
 _LAZY = {
     "Automaton": "racer_ref._core",
     "Drafter": "racer_ref.drafter",
-    "DrafterInUseError": "racer_ref.drafter",
-    "DrafterForkedError": "racer_ref.drafter",
+    "DrafterInUseError": "racer_ref.guard",
+    "DrafterForkedError": "racer_ref.guard",
     "DraftTree": "racer_ref.tree",
     "generate": "racer_ref.decoding",
-    "GenerationResult": "racer_ref.decoding",
+    "GenerationResult": "racer_ref.metrics",
     "METHODS": "racer_ref.tree",
 }
 
@@ -77,7 +80,13 @@ MOVED_MODULES = {
     "racer_ref.processing": "racer_ref.integrations.processing",
     "racer_ref.vllm": "racer_ref.integrations.vllm",
     "racer_ref.chain": "racer_ref.integrations.chain",
-    "racer_ref.hooks": "racer_ref.wrappers",
+    "racer_ref.hooks": "racer_ref.harness.records",
+
+    # The applications out of the core's top level; the step records to the harness, the
+    # check of a caller's drafter to racer_ref.guard (CHANGELOG.md, Unreleased).
+    "racer_ref.cli": "racer_ref.app.cli",
+    "racer_ref.demo": "racer_ref.app.demo",
+    "racer_ref.wrappers": "racer_ref.harness.records",
 }
 
 

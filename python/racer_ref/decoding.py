@@ -9,7 +9,7 @@ automaton from the committed tokens) and keep only the accepted path in the KV c
 With ``temperature=0`` the output equals ``model.generate(do_sample=False)`` token for token;
 with ``temperature > 0`` it has the distribution of plain sampling (spec, "Sampling"). Every
 argument is checked once, before any work, by :func:`racer_ref.options.resolve`, which also
-plugs in what the loop does not need to know (the KV cache, ``capacity="auto"``, logits
+plugs in what the loop does not need to know (the KV cache, the drafting, logits
 processors). Batch size 1 only.
 """
 
@@ -17,38 +17,68 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 from racer_ref.metrics import TIMING_KEYS, GenerationResult
-from racer_ref.options import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY, OPTIONS, Options, resolve  # noqa: F401
+from racer_ref.options import OPTIONS, Options, resolve
 from racer_ref.sampling import sample, target_probs
-from racer_ref.tree import METHODS, DraftTree, accept_greedy  # noqa: F401 (METHODS: the methods generate() accepts)
+from racer_ref.tree import accept_greedy, clip_draft_tree
 from racer_ref.verify import accept_sampling, argmax_from_topk, forward_prompt, keep_accepted
 
 
-def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
-    """The nodes before the first one deeper than ``max_depth``: in breadth-first order,
-    every node down to ``max_depth`` (and any prefix is a tree: a parent precedes its children).
+class StopStrings:
+    """Finds the first token at which the generated text contains one of the stop strings.
 
-    Used so that a step never emits more than ``max_new_tokens`` or fills the context beyond
-    its length: accepting a drafts emits ``a + 1`` tokens, so depth <= room - 1.
+    The text is the one that reads after the prompt: each check decodes the tail of the
+    output *with a few tokens before it* and keeps what follows their text. Decoded alone,
+    the first token of a SentencePiece-style tokenizer (Llama-2, Mistral, Gemma) loses its
+    leading space, so a stop string such as ``" any"`` would be missed as the first word.
+
+    The tail is long enough to hold the longest stop string ending inside the newest
+    token's text: it starts at ``2 * longest + 4`` tokens and doubles while its text
+    (without the broken character a cut through a multi-byte character leaves at its start)
+    is too short. One character can take several byte-level tokens (an emoji four), so a
+    window in tokens alone can miss a stop string; this one is measured in characters, and
+    its cost does not grow with the output.
     """
-    deeper = np.flatnonzero(tree.depths > max_depth)
-    if len(deeper) == 0:
-        return tree
-    n = int(deeper[0])  # keep nodes 0 .. n-1: their arrays, and the mask's top-left block
-    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.attention_mask[:n, :n],
-                     None, tree.sources[:n])
+
+    #: Tokens decoded before the tail, whose text is then cut off.
+    CONTEXT = 4
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_ids: Sequence[int]) -> None:
+        self.tokenizer, self.stop = tokenizer, list(stop)
+        self.longest = max(len(s) for s in self.stop)
+        self.prompt_tail = list(prompt_ids)[-self.CONTEXT:]
+
+    def text(self, output: List[int], window: int) -> str:
+        """The text of the last ``window`` tokens of ``output`` as it reads after what precedes them."""
+        start = max(len(output) - window, 0)
+        context = (self.prompt_tail + output[max(start - self.CONTEXT, 0):start])[-self.CONTEXT:]
+        head, whole = self.tokenizer.decode(context), self.tokenizer.decode(context + output[start:])
+        # A context that ends inside a multi-byte character reads differently alone: decode the tail alone.
+        return whole[len(head):] if whole.startswith(head) else self.tokenizer.decode(output[start:])
+
+    def hit(self, output: List[int]) -> bool:
+        """True if a stop string ends in the text of the last token of ``output``."""
+        # The tail must hold the newest token's text and the longest - 1 characters before it.
+        need = self.longest + len(self.text(output, 1).strip("\ufffd"))
+        window = 2 * self.longest + 4
+        while True:
+            text = self.text(output, window)
+            if window >= len(output) or len(text.lstrip("\ufffd")) >= need:
+                return any(s in text for s in self.stop)
+            window *= 2
 
 
 class _Output:
     """The new tokens, the stopping rules and the streaming of each committed block."""
 
-    def __init__(self, opts: Options, device: Any) -> None:
-        self.opts, self.device = opts, device
+    def __init__(self, opts: Options, tokenizer: Any) -> None:
+        self.opts, self.device = opts, opts.device
+        self.stops = None if opts.stops is None else StopStrings(tokenizer, opts.stops, opts.prompt_ids.tolist())
         self.token_ids: List[int] = []
         self.stop_reason: Optional[str] = None  # set by the first stopping rule that fires
 
@@ -63,7 +93,7 @@ class _Output:
             criteria_hit = opts.stopping_criteria is not None and self._criteria_hit(scores[n_kept - 1:n_kept])
             if token in opts.eos:
                 self.stop_reason = "eos"
-            elif opts.stops is not None and opts.stops.hit(output):
+            elif self.stops is not None and self.stops.hit(output):
                 self.stop_reason = "stop_string"
             elif criteria_hit:
                 self.stop_reason = "stopping_criteria"
@@ -108,26 +138,24 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
 
     ``model`` is a transformers causal LM, ``tokenizer`` its tokenizer (or ``None`` with
     token ids and no stop strings), ``prompt`` a string or token ids (batch size 1),
-    ``max_new_tokens`` the most new tokens. The other parameters are keyword options
-    (``method``, ``capacity``, ``temperature``, ``drafter`` ... with their defaults in
-    :data:`racer_ref.options.OPTIONS`); each is described once, with the rule it is checked
-    by, on [`racer_ref.options.Options`][racer_ref.options.Options].
+    ``max_new_tokens`` the most new tokens; the keyword options (``method``, ``capacity``,
+    ``temperature``, ``drafter`` ...) and their defaults are :data:`racer_ref.options.OPTIONS`,
+    each described once, with its rule, on [`racer_ref.options.Options`][racer_ref.options.Options].
 
     Returns:
         GenerationResult: the new token ids, their text, the accepted length and tree size
             of every step, the timings and the stopping rule that ended the call.
 
     Raises:
-        ValueError: an argument out of range or contradicting another, an unsupported cache
-            or model (the message names it; logits wider than the vocabulary: at prefill).
-        TypeError: an argument of the wrong kind or an unknown option (the message names
-            it). Both before any other work ([`resolve`][racer_ref.options.resolve]).
+        ValueError: an argument out of range or contradicting another, an unsupported cache or
+            model (named; logits wider than the vocabulary: at prefill). TypeError: an argument
+            of the wrong kind or an unknown option (named). Both before any other work.
     """
     clock = _Clock(model)
     opts = resolve(model, tokenizer, prompt, max_new_tokens, options)  # checked once, here; the loop trusts opts
     clock.last = time.perf_counter()  # the checks (and a model's first exactness probe) count in "total" only
     cache, k = opts.cache, opts.k
-    out = _Output(opts, opts.device)
+    out = _Output(opts, tokenizer)
     output = out.token_ids  # new tokens, the root of the next step last
     result = GenerationResult(token_ids=output, text=None, timings=clock.timings, method=opts.method)
     processors = opts.processors  # None: the raw logits are the target's scores
@@ -153,7 +181,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
             clock.lap("prefill", sync=True)
             # Copy-logit rows for every prompt position; the automaton learns the prompt.
             topk = logits.topk(k, dim=-1).indices.cpu().numpy()  # (P, k) int64
-            last_topk = topk[-1]  # (k,) the row that produced the root ("logits-last")
+            root_row = -1  # the row of topk that produced the root
             drafter.observe(opts.prompt_ids, topk)
             drafter.commit(opts.prompt_ids)
             clock.lap("drafting")
@@ -167,7 +195,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
                 out.stop_reason = "max_length"
                 break
             # ---- draft ----------------------------------------------------------------------
-            tree = drafter.draft(root, last_topk=last_topk)  # (a drafter of the caller's: checked)
+            tree = drafter.draft(root, last_topk=topk[root_row])  # last_topk: read by "logits-last"
             tree = clip_draft_tree(tree, room - 1)
             clock.lap("drafting")
             # ---- verify: one forward pass over the whole tree -------------------------------
@@ -177,12 +205,13 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
             # ---- accept ---------------------------------------------------------------------
             # Every node's top-k feeds the copy-logit table; the same top-k gives the argmax.
             topk_values, topk_ids = logits.topk(k, dim=-1)  # (n, k) each
-            scores = logits  # (n, vocab) the target's scores: the logits, or each node's processed scores
-            if processors is not None:  # every node with its own prefix: prompt + output + its path
+            if processors is None:  # the target's scores are the logits: greedy's argmax is in the top-k
+                scores = logits  # (n, vocab)
+                predicted = argmax_from_topk(logits, topk_values, topk_ids) if opts.temperature == 0 else None
+            else:  # each node's processed scores, with its own prefix: prompt + output + its path
                 committed_t = torch.tensor(opts.prompt_ids.tolist() + output[:-1], device=opts.device)
-                scores = processors(committed_t, tree, logits)
+                scores, predicted = processors(committed_t, tree, logits), None  # (n, vocab)
             if opts.temperature == 0:
-                predicted = None if processors is not None else argmax_from_topk(logits, topk_values, topk_ids)
                 accepted, next_root = accept_greedy(scores, tree, predicted)
             else:
                 probs = target_probs(scores, opts.temperature, opts.top_p)  # (n, vocab)
@@ -199,8 +228,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: Any = None, max_new_toke
             result.raw_accepted_lengths.append(len(accepted) - 1)
             root = next_root
             clock.lap("bookkeeping")
-            topk = topk_ids.cpu().numpy()  # (n, k) int64
-            last_topk = topk[accepted[-1]]  # (k,) the row that produced the next root
+            topk, root_row = topk_ids.cpu().numpy(), accepted[-1]  # (n, k) int64; the next root's row
             observed = np.arange(len(tree)) if opts.observe_rejected else np.asarray(accepted)
             drafter.observe(tree.tokens[observed], topk[observed])
             # The drafter learns every committed token except the newest (the next root):

@@ -1,9 +1,14 @@
-"""``racer_ref.Drafter``: the drafting side of RACER behind one class, Rust or Python.
+"""``racer_ref.Drafter``: the drafting side of RACER behind one class, Rust or Python, and
+the one function that makes the drafting object of a ``generate()`` call.
 
 The benchmarks, the tutorials and a drafter shared across ``generate()`` calls draft through
-this class (``generate()`` without ``drafter=`` builds the backend's drafter itself, for the
-request alone); it dispatches to the Rust core (``racer_ref._core.Drafter``, the default) or
-to the teaching twin (``racer_ref.reference.drafter.Drafter``). Both give identical draft trees.
+this class; it dispatches to the Rust core (``racer_ref._core.Drafter``, the default) or
+to the teaching twin (``racer_ref.reference.drafter.Drafter``). Both give identical draft
+trees. ``generate()`` without ``drafter=`` builds the backend's drafter itself, for the
+request alone (:func:`make_drafting`), and steps it without this class.
+
+Who may call a drafter (one thread at a time, fork safety, a claim per ``generate()`` call)
+is :mod:`racer_ref.guard`'s business.
 
 See ``racer_ref.reference.drafter`` for how every method works, and docs/explanation/spec.md steps
 2-4, 8 and 9 for the rules.
@@ -12,86 +17,65 @@ See ``racer_ref.reference.drafter`` for how every method works, and docs/explana
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import threading
-import weakref
-from threading import get_ident
-from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Optional, TypeVar
+import importlib
+import warnings
+from types import ModuleType, SimpleNamespace
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from racer_ref.tree import METHODS, DraftTree  # noqa: F401 (METHODS: racer_ref.drafter.METHODS)
-from racer_ref.reference.limits import NoCopy  # the twin's copy rule, one home (both backends refuse copies)
+from racer_ref.guard import Guarded, given_drafter, hold, one_caller
+from racer_ref.reference.limits import (DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM,
+                                        NoCopy, choice_value)
+from racer_ref.tree import METHODS, DraftTree
 
-#: The two implementations.
-BACKENDS = ("rust", "python")
+#: The two implementations, and the module of each (the same names in both).
+BACKENDS = {"rust": "racer_ref._core", "python": "racer_ref.reference"}
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+#: The drafter parameters that ``generate()``, ``custom_generate`` and this class share, with
+#: their defaults (the paper's, :mod:`racer_ref.reference.limits`) and what each is. Both
+#: backends take them with these defaults and limits (documented on the twin); each is a
+#: read-only attribute of a ``Drafter``, and a keyword option of ``generate()`` whose ``None``
+#: means this default (for ``capacity``, the device's), or with ``drafter=`` the drafter's own.
+DRAFTER_PARAMETERS: Dict[str, Tuple[Any, str]] = {
+    "capacity": (DEFAULT_CAPACITY, "Maximum draft-tree nodes, root included (an int in [1, 4096])."),
+    "breadth": (DEFAULT_BREADTH, "``k``: copy-logit ids per row and the root's breadth (an int in [1, vocab_size])."),
+    "ngram": (DEFAULT_NGRAM, "The automaton's n-gram length ``n`` (an int in [2, 256])."),
+    "max_nodes": (DEFAULT_MAX_NODES, "The automaton's node budget (an int in [ngram, 2**31 - 1])."),
+    "tree": ("paper", 'How the capacity is filled: ``"paper"`` or ``"expected"``.'),
+}
 
-
-def check_backend(backend: Any) -> None:
-    """``TypeError`` (not a string) or ``ValueError`` naming ``backend`` unless it is one of
-    :data:`BACKENDS`."""
-    if not isinstance(backend, str):
-        raise TypeError(f"backend: must be a str, got {type(backend).__name__}")
-    if backend not in BACKENDS:
-        raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
-
-
-class _Claim:
-    """A running ``Drafter.claim()``: its thread and a name for messages. Only the claim's
-    generator holds it, so the drafter's weak reference to it dies with the claim, however
-    it ends (even if a Ctrl-C cuts its clean-up short)."""
-
-    def __init__(self, by: str) -> None:
-        self.thread = get_ident()
-        self.holder = f"{by} in thread {threading.current_thread().name!r}"
-
-
-class DrafterInUseError(RuntimeError):
-    """A ``Drafter`` was called while another thread (or an outer ``generate()`` call) was
-    using it. One drafter serves one request at a time; see ``Drafter``, "Threads"."""
+#: The capacity on a GPU when ``capacity=None``: the paper's.
+DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
+#: The default elsewhere: on a CPU a verify pass costs more with every node, and 16 nodes
+#: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
+#: Fixed rather than "auto" so that a seed reproduces a sampled output.
+DEFAULT_CPU_CAPACITY = 16
 
 
-class DrafterForkedError(RuntimeError):
-    """A ``Drafter`` was called in a child process forked while another thread of the
-    parent was using it. That thread does not exist in the child, so its request stopped
-    half-way there; the drafter refuses every call but ``reset()``, which makes it usable
-    (empty, as new). See ``Drafter``, "Fork"."""
+def backend_name(backend: Any) -> str:
+    """``backend`` checked: ``"rust"`` (also for ``None``) or ``"python"``; else ``TypeError``
+    (not a string) or ``ValueError``."""
+    return choice_value(backend, "backend", tuple(BACKENDS), "rust")
 
 
-def _one_caller(method: _F) -> _F:
-    """Run ``method`` only if no other thread is using the drafter; else refuse at once.
-
-    The lock is an ``RLock`` taken with ``acquire(blocking=False)``: it is never waited
-    for, and any other thread is refused with ``DrafterInUseError``. Under a ``claim()``
-    the claiming thread already holds it: its own calls skip it. (``generate()`` claims a
-    shared drafter once per call and steps it through ``claim()``'s step, not through these
-    methods: a decoding step takes no lock here; the Rust core's own per-call lock is the only one.)
-    """
-
-    @functools.wraps(method)
-    def guarded(self: "Drafter", *args: Any, **kwargs: Any) -> Any:
-        # Cut off by a fork (see Drafter, "Fork"): everything but reset() is refused.
-        if self._forked is not None and method.__name__ != "reset":
-            raise self._forked_error()
-        claim = self._claim()
-        if claim is not None and claim.thread == get_ident():
-            return method(self, *args, **kwargs)
-        lock = self._lock
-        if not lock.acquire(False):
-            raise self._in_use_error()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release()
-
-    return guarded  # type: ignore[return-value]
+def implementation(backend: Any) -> ModuleType:
+    """The one backend switch: the module that implements ``backend`` (checked by
+    :func:`backend_name`), ``racer_ref._core`` or the twin ``racer_ref.reference`` (the same
+    class names in both)."""
+    plain = backend is None or (type(backend) is str and backend in BACKENDS)  # plainly valid: no call
+    return importlib.import_module(BACKENDS[(backend or "rust") if plain else backend_name(backend)])
 
 
-class Drafter(NoCopy):
+def core_step(core: Any) -> SimpleNamespace:
+    """What the decoding loop calls each step on a Rust core's drafter (the twin's is its
+    ``trusted_step()``): its ``observe`` and ``commit`` (which check their arguments in Rust,
+    for a few nanoseconds), and ``draft`` with its six arrays wrapped in a ``DraftTree``."""
+    return SimpleNamespace(observe=core.observe, commit=core.commit,
+                           draft=lambda root, last_topk=None: DraftTree(*core.draft(root, last_topk)))
+
+
+class Drafter(Guarded, NoCopy):
     """Builds one draft tree per decoding step for one drafting method.
 
     Methods (docs/explanation/spec.md, "Methods we compare against"):
@@ -133,6 +117,10 @@ class Drafter(NoCopy):
 
     ``None`` for a parameter means its default; ``vocab_size`` has no default.
 
+    Attributes: ``method``, ``vocab_size``, ``backend`` and each of
+    :data:`DRAFTER_PARAMETERS` (``capacity``, ``breadth``, ``ngram``, ``max_nodes``, ``tree``):
+    the fixed settings, read-only, readable at any time.
+
     Raises:
         ValueError: unknown method or backend, or a parameter out of range.
         TypeError: ``backend`` not a string (``None`` means ``"rust"``).
@@ -171,107 +159,21 @@ class Drafter(NoCopy):
     """
 
     def __init__(self, *args: Any, backend: Optional[str] = "rust", **kwargs: Any) -> None:
-        backend = "rust" if backend is None else backend  # None means the default, as for the others
-        check_backend(backend)
-        if backend == "rust":
-            from racer_ref._core import Drafter as impl
-        else:
-            from racer_ref.reference.drafter import Drafter as impl  # type: ignore[assignment]
-        self.backend = backend
-        self._impl = impl(*args, **kwargs)
-        # The Rust core returns a tuple of arrays; the twin already returns a DraftTree.
-        self._returns_tuple = backend == "rust"
+        impl = implementation(backend).Drafter(*args, **kwargs)
+        self.backend = "rust" if backend is None else str(backend)  # None means the default, as for the others
+        self._impl = impl
         # The fixed settings, read once: reading them later needs no access to the core,
         # so it is safe while another thread uses the drafter.
-        impl_ = self._impl
-        self._settings = dict(
-            method=impl_.method, vocab_size=int(impl_.vocab_size), capacity=int(impl_.capacity),
-            breadth=int(impl_.breadth), ngram=int(impl_.ngram), max_nodes=int(impl_.max_nodes),
-            tree=str(impl_.tree),
-        )
-        # One caller at a time (see "Threads"): the lock is held for one method call, or
-        # for a whole claim(); _claim() is the running claim (a _Claim), or None.
-        # Never waited for (acquire(blocking=False)). An RLock: if a Ctrl-C ever lands
-        # between acquire() and the `try` that releases it, the thread that pressed it (a
-        # notebook's only thread) can still use its drafter. A nested claim is refused by
-        # the _claim() check.
-        self._lock = threading.RLock()
-        self._claim: Callable[[], Optional[_Claim]] = lambda: None
-        # Who was using the drafter when this process was forked from its parent, or None
-        # (see "Fork" and _after_fork); set only in a child, cleared by reset().
-        self._forked: Optional[str] = None
-        _DRAFTERS.add(self)  # for the at-fork hook (weakly: the set keeps no drafter alive)
-        # The step the decoding loop calls under its claim (see claim() below): the
-        # backend's methods without the public methods' lock and checks.
-        self._step = core_step(impl_) if backend == "rust" else impl_.trusted_step()
-
-    @contextlib.contextmanager
-    def claim(self, by: str = "generate()") -> Iterator["Drafter"]:
-        """Hold the drafter for a sequence of calls by this thread (one request).
-
-        ``generate()`` wraps its whole decoding loop in ``with drafter.claim():``. Inside,
-        this thread calls the drafter freely; every other thread, and a nested
-        ``claim()`` (a ``generate()`` call with this drafter from a callback, say), gets
-        ``DrafterInUseError`` at once.
-
-        Args:
-            by: who claims it, for the error message others get (e.g. ``"generate()"``).
-
-        Raises:
-            DrafterInUseError: the drafter is in use (by another thread, or already
-                claimed by this one).
-            DrafterForkedError: in a forked child, another thread of the parent was using
-                the drafter at the fork (see "Fork"); ``reset()`` first.
-        """
-        running = self._claim()
-        if running is not None and running.thread == get_ident():  # a claim inside this thread's own
-            raise DrafterInUseError(
-                f"Drafter: already in use by {running.holder}; one drafter serves one request "
-                "at a time (a callback or streamer calling generate() with the same drafter?)"
-            )
-        if self._forked is not None:
-            raise self._forked_error()
-        if not self._lock.acquire(False):
-            raise self._in_use_error()
-        claim = _Claim(by)  # held here only: the weak reference below dies with this claim
-        try:
-            self._claim = weakref.ref(claim)
-            yield self
-        finally:
-            # (A Ctrl-C landing just before this release leaves the lock with this thread,
-            # which re-enters it; other threads are refused until a new Drafter.)
-            self._lock.release()
-
-    def _in_use_error(self) -> DrafterInUseError:
-        # A claim names itself; a single method call of another thread leaves no claim.
-        running = self._claim()
-        return DrafterInUseError(
-            f"Drafter: in use by {running.holder if running else 'a call from another thread'}; a drafter serves one "
-            "request at a time (it holds that request's automaton, copy-logit table and "
-            "history). Give each thread its own Drafter, or call it after that call returns."
-        )
-
-    def _forked_error(self) -> DrafterForkedError:
-        return DrafterForkedError(
-            f"Drafter: this process was forked while {self._forked} was using this drafter; "
-            "that thread does not exist in this child process, so its request stopped half-way "
-            "and the drafter holds its unfinished state. Call reset() to make it usable again "
-            "(it empties the drafter), or build a new Drafter."
-        )
-
-    def _after_fork(self) -> None:
-        """In a forked child (the at-fork hook): if another thread was using the drafter
-        at the fork, give it a fresh lock and no claim, and mark it (see "Fork")."""
-        # The lock comes to the child as it was. Free, or held by this thread (the one that
-        # forked, whose call goes on here): acquire succeeds, and nothing changes.
-        if self._lock.acquire(False):
-            self._lock.release()
-            return
-        # Held by a thread that does not exist here: it will never be released.
-        running = self._claim()
-        self._forked = running.holder if running is not None else "a call from another thread"
-        self._lock = threading.RLock()
-        self._claim = lambda: None
+        self._settings = {"method": str(impl.method), "vocab_size": int(impl.vocab_size),
+                          **{name: type(default)(getattr(impl, name)) for name, (default, _) in DRAFTER_PARAMETERS.items()}}
+        self._guard()  # one caller at a time, fork safety (racer_ref.guard)
+        # The step the decoding loop calls under its claim (racer_ref.guard.hold): the
+        # backend's methods without the public methods' lock and checks, or this drafter
+        # itself where a subclass overrides draft, observe or commit.
+        overrides = any(getattr(type(self), name) is not getattr(Drafter, name) for name in ("draft", "observe", "commit"))
+        self._step = self if overrides else impl.trusted_step() if hasattr(impl, "trusted_step") else core_step(impl)
+        # The twin refuses, once per claim, a drafter that an interrupt left torn.
+        self._intact = getattr(impl, "_check_intact", None)
 
     @property
     def method(self) -> str:
@@ -284,31 +186,6 @@ class Drafter(NoCopy):
         return self._settings["vocab_size"]
 
     @property
-    def capacity(self) -> int:
-        """Maximum draft-tree nodes, root included."""
-        return self._settings["capacity"]
-
-    @property
-    def breadth(self) -> int:
-        """``k``: copy-logit ids per row and the root's breadth."""
-        return self._settings["breadth"]
-
-    @property
-    def ngram(self) -> int:
-        """The automaton's n-gram length ``n``."""
-        return self._settings["ngram"]
-
-    @property
-    def max_nodes(self) -> int:
-        """The automaton's node budget."""
-        return self._settings["max_nodes"]
-
-    @property
-    def tree(self) -> str:
-        """How the capacity is filled: ``"expected"`` or ``"paper"``."""
-        return self._settings["tree"]
-
-    @property
     def path_probs(self) -> Optional[np.ndarray]:
         """``(n,)`` float64: each node's estimated path probability in the last draft
         (node order, the root 1.0), until the ``observe()`` call about that draft; ``None``
@@ -319,7 +196,7 @@ class Drafter(NoCopy):
         """
         return self._path_probs()
 
-    @_one_caller
+    @one_caller
     def _path_probs(self) -> Optional[np.ndarray]:
         return self._impl.path_probs
 
@@ -329,11 +206,11 @@ class Drafter(NoCopy):
         or ``None`` as for ``path_probs``."""
         return self._expected_tokens()
 
-    @_one_caller
+    @one_caller
     def _expected_tokens(self) -> Optional[float]:
         return self._impl.expected_tokens
 
-    @_one_caller
+    @one_caller
     def acceptance_stats(self) -> Optional[dict]:
         """The learned acceptance estimates: integer ``seen`` / ``accepted`` counts per
         bucket, and the calibration record (``calibration_seen``, ``calibration_accepted``,
@@ -343,7 +220,7 @@ class Drafter(NoCopy):
         stats = self._impl.acceptance_stats()
         return None if stats is None else dict(stats)
 
-    @_one_caller
+    @one_caller
     def attach_estimator(self) -> None:
         """Attach the acceptance estimates (beyond the paper;
         docs/explanation/expected-tree.md): from now on every draft carries
@@ -366,7 +243,7 @@ class Drafter(NoCopy):
         """
         return self._num_committed()
 
-    @_one_caller
+    @one_caller
     def _num_committed(self) -> int:
         return int(self._impl.num_committed)
 
@@ -379,11 +256,11 @@ class Drafter(NoCopy):
         """
         return self._automaton_nodes()
 
-    @_one_caller
+    @one_caller
     def _automaton_nodes(self) -> int:
         return int(self._impl.automaton_nodes)
 
-    @_one_caller
+    @one_caller
     def observe(self, token_ids: Any, topk_ids: Any) -> None:
         """Update the copy-logit table (docs/explanation/spec.md step 8).
 
@@ -406,7 +283,7 @@ class Drafter(NoCopy):
         """
         self._impl.observe(token_ids, topk_ids)
 
-    @_one_caller
+    @one_caller
     def commit(self, token_ids: Any) -> None:
         """Add tokens that became output to the automaton / PLD history (spec step 9).
 
@@ -420,7 +297,7 @@ class Drafter(NoCopy):
         """
         self._impl.commit(token_ids)
 
-    @_one_caller
+    @one_caller
     def draft(self, root: int, last_topk: Any = None, capacity: Optional[int] = None) -> DraftTree:
         """Build this step's draft tree (docs/explanation/spec.md steps 2-4).
 
@@ -443,14 +320,14 @@ class Drafter(NoCopy):
             DrafterInUseError: another thread is using the drafter (see "Threads").
         """
         tree = self._impl.draft(root, last_topk, capacity)
-        return DraftTree(*tree) if self._returns_tuple else tree
+        return tree if isinstance(tree, DraftTree) else DraftTree(*tree)  # (the Rust core: six arrays)
 
-    @_one_caller
+    @one_caller
     def table_row(self, token: int) -> list[int]:
         """Copy-logit row of ``token`` (``[]`` when unseen or when the method has no table)."""
         return list(self._impl.table_row(token))
 
-    @_one_caller
+    @one_caller
     def reset(self) -> None:
         """Forget the automaton, the copy-logit table and the history.
 
@@ -469,51 +346,80 @@ class Drafter(NoCopy):
         return f"Drafter({settings}, backend={self.backend!r})"
 
 
-#: Every ``Drafter`` alive in this process, for the at-fork hook below.
-_DRAFTERS: "weakref.WeakSet[Drafter]" = weakref.WeakSet()
+
+for _name, (_default, _doc) in DRAFTER_PARAMETERS.items():  # capacity, breadth, ...: read-only settings
+    setattr(Drafter, _name, property(lambda self, name=_name: self._settings[name], doc=_doc))
 
 
-def _after_fork_in_child() -> None:
-    """``os.register_at_fork(after_in_child=...)``: runs in a forked child, in its only
-    thread; marks the drafters that another thread was using (``Drafter._after_fork``)."""
-    for drafter in list(_DRAFTERS):
-        drafter._after_fork()
+# ----------------------------------------------------------------------------- generate()'s drafting
+#: The drafting of ``method="ar"``: every tree is the root alone (plain autoregressive
+#: decoding through the same loop). It learns nothing, so it asks for no top-k (``k = 0``).
+ROOT_ONLY = SimpleNamespace(draft=lambda root, last_topk=None: DraftTree.root_only(root),
+                            observe=lambda token_ids, topk_ids: None, commit=lambda token_ids: None)
 
 
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def make_drafting(model: Any, drafter: Any, vocab_size: int, method: Optional[str],
+                  given: Dict[str, Any]) -> Tuple[Any, int, str]:
+    """``(drafting, k, method)`` of one ``generate()`` call (``given``: ``backend`` and the
+    :data:`DRAFTER_PARAMETERS` as passed, ``None`` if not): a context manager that gives the
+    loop a new drafter's step (this request's alone; :data:`ROOT_ONLY` for ``"ar"``), the
+    caller's drafter claimed, or for ``capacity="auto"`` an ``AdaptiveDrafter``; the breadth
+    of the top-k rows; the method. The drafter's rules raise before any state changes."""
+    auto = isinstance(given["capacity"], str) and given["capacity"] == "auto"
+    if drafter is not None:
+        return _callers_drafting(drafter, vocab_size, method, given, auto)
+    settings = {name: default if given[name] is None else given[name] for name, (default, _) in DRAFTER_PARAMETERS.items()}
+    if auto:
+        settings["capacity"] = DEFAULT_GPU_CAPACITY  # the largest it may choose
+    elif given["capacity"] is None:  # the device's default
+        settings["capacity"] = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
+    method = "racer" if method is None else method  # (checked by the drafter built below)
+    if isinstance(method, str) and method == "ar":
+        return _root_only_drafting(vocab_size, settings, given)
+    if auto:
+        from racer_ref.speedups.capacity import AdaptiveDrafter, auto_controller
+
+        built = Drafter(method, vocab_size, backend=given["backend"], **settings)
+        auto_drafter = AdaptiveDrafter(built, auto_controller(model, max_capacity=DEFAULT_GPU_CAPACITY))
+        return contextlib.nullcontext(auto_drafter), settings["breadth"], method  # this call's alone
+    impl = implementation(given["backend"]).Drafter(method, vocab_size, **settings)  # checks each parameter
+    # owned: this request's alone, so the twin keeps no undo; the Rust core's step is wrapped
+    step = impl.trusted_step(owned=True) if hasattr(impl, "trusted_step") else core_step(impl)
+    return contextlib.nullcontext(step), settings["breadth"], method
 
 
-def core_step(core: Any) -> SimpleNamespace:
-    """What the decoding loop calls each step on a Rust ``racer_ref._core.Drafter``: its
-    ``observe`` and ``commit`` (which check their arguments in Rust, for a few
-    nanoseconds), and ``draft`` with its six arrays wrapped in a ``DraftTree``."""
-    return SimpleNamespace(observe=core.observe, commit=core.commit,
-                           draft=lambda root, last_topk=None: DraftTree(*core.draft(root, last_topk)))
+def _callers_drafting(drafter: Any, vocab_size: int, method: Optional[str], given: Dict[str, Any],
+                      auto: bool) -> Tuple[Any, int, str]:
+    """:func:`make_drafting` for the caller's ``drafter``: checked (no setting passed may
+    contradict it, :func:`racer_ref.guard.given_drafter`) and claimed for the call."""
+    if method is not None:
+        choice_value(method, "method", METHODS, "racer")
+    if auto:
+        raise ValueError("capacity: 'auto' builds its own drafter; leave capacity out with drafter=")
+    _check_settings(vocab_size, given)
+    drafter = given_drafter(drafter, vocab_size, {"method": method, **given})
+    own_breadth = getattr(drafter, "breadth", None)  # None for a drafter of the caller's without one
+    k = own_breadth if own_breadth is not None else (given["breadth"] or DEFAULT_BREADTH)
+    return hold(drafter), k, getattr(drafter, "method", None) or method or "racer"
 
 
-@contextlib.contextmanager
-def claim(drafter: Any, by: str = "generate()") -> Iterator[Any]:
-    """Hold ``drafter`` for one request of the decoding loop and give the loop its step.
+def _root_only_drafting(vocab_size: int, settings: Dict[str, Any], given: Dict[str, Any]) -> Tuple[Any, int, str]:
+    """:func:`make_drafting` for ``"ar"``: no drafter, but its settings are checked all the
+    same, and each one passed is named in a warning (it is not used)."""
+    _check_settings(vocab_size, {**settings, "backend": given["backend"]})
+    for name in (n for n in given if given[n] is not None):
+        warnings.warn(f"{name}: {given[name]!r} is not used: method 'ar' drafts nothing (one token per pass)",
+                      stacklevel=5)
+    return contextlib.nullcontext(ROOT_ONLY), 0, "ar"
 
-    For a ``Drafter``: ``drafter.claim(by)``, then an object whose ``draft``, ``observe``
-    and ``commit`` go straight to the backend, without the public methods' checks (the
-    loop passes the model's own ids, its vocabulary checked at the boundary, and the
-    twin's roots as ints); for a subclass that overrides ``draft``, ``observe`` or
-    ``commit``, the drafter itself. The twin refuses a drafter that an interrupt left torn
-    here, once per request (an interrupt ends the request). Any other drafter (``None``, one
-    that brings its own draft/observe/commit) is given as it is, unclaimed.
-    """
-    if not isinstance(drafter, Drafter):
-        yield drafter
-        return
-    # A subclass that overrides draft, observe or commit is stepped through them (under the claim).
-    overrides = any(getattr(type(drafter), name) is not getattr(Drafter, name)
-                    for name in ("draft", "observe", "commit"))
-    with drafter.claim(by):
-        if drafter.backend == "python":
-            from racer_ref.reference.undo import check_intact
 
-            impl = drafter._impl
-            check_intact(impl, impl.automaton, impl.table)
-        yield drafter if overrides else drafter._step
+def _check_settings(vocab_size: int, given: Dict[str, Any]) -> None:
+    """Check the drafter parameters in ``given`` (``None``: not passed) where no ``Drafter``
+    is built to check them (a drafter of the caller's, ``"ar"``): by the twin's rules, which
+    are the Rust core's, in one throwaway twin (its table and automaton allocate nothing yet)."""
+    backend_name(given["backend"])
+    passed = {name: given[name] for name in DRAFTER_PARAMETERS if given[name] is not None}
+    if passed:
+        if "max_nodes" in passed and "ngram" not in passed:
+            passed["ngram"] = 2  # (a drafter's own ngram is its own; max_nodes >= 2 at least)
+        implementation("python").Drafter("racer", vocab_size, **passed)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from racer_ref.tree import DraftTree, tree_attention_mask
+from racer_ref.tree import DraftTree, clip_draft_tree, tree_attention_mask
 from racer_ref.verify import forward_chain, forward_prompt, forward_tree
 
 #: The largest relative logit error (``max |tree - sequential| / max |sequential|``) of an
@@ -179,8 +179,6 @@ class RopeSwitch:
         self.cached.extend(int(t) for t in token_ids)
 
     def draft(self, root: int, last_topk: Any = None) -> DraftTree:
-        from racer_ref.decoding import clip_draft_tree
-
         length = len(self.cached)  # the root's position
         if length == self.rebuild:
             return DraftTree.root_only(root)

@@ -4,15 +4,39 @@ We reuse transformers' own logits warpers so that "plain sampling from the targe
 exactly what ``model.generate(do_sample=True, temperature=..., top_p=..., top_k=0)`` means.
 The lossless acceptance rule that consumes these distributions is
 :func:`racer_ref.verify.accept_sampling` (docs/explanation/spec.md, "Sampling"); the
-arguments are checked at the boundary (:func:`racer_ref.options.check_sampling_arguments`).
+arguments are checked at the boundary by :func:`check_sampling_arguments`, this module's rule.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
 
 import torch
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+#: The smallest positive temperature: the logits are divided by it in float32, so it must
+#: be a normal float32 number (below it, 1 / temperature is not representable).
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
+def check_sampling_arguments(temperature: float, top_p: float) -> None:
+    """Check ``temperature`` (0 = greedy, or in ``[MIN_TEMPERATURE, inf)``) and ``top_p``
+    (in ``(0, 1]``). Any real number is accepted: int, float, numpy scalar; not bool.
+
+    Raises:
+        TypeError: a value that is not a real number.
+        ValueError: a value out of range (NaN and infinities included).
+    """
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:.3g}, "
+                         f"got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p: expected a number in (0, 1], got {top_p!r}")
 
 
 def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:

@@ -128,7 +128,7 @@ class DraftTree:
         shapes of tokens, parents, depths and mask, the root's parent and depth, parents
         before children, depths, tokens and the mask. Other integer dtypes, another order
         with parents first, repeated siblings and any ``sources`` pass
-        (``racer_ref.wrappers.CheckedDrafter`` checks a caller's drafter so).
+        (``racer_ref.guard.CheckedDrafter`` checks a caller's drafter so).
         """
         def fail(msg: str) -> None:
             raise ValueError(f"invalid DraftTree: {msg}")
@@ -210,7 +210,7 @@ class DraftTree:
 
         The kept nodes stay in breadth-first order; the attention mask is the kept block
         of this one (a node's ancestors are all kept) and parents are renumbered. (The
-        loop's depth clip, ``racer_ref.decoding.clip_draft_tree``, keeps a prefix of the
+        loop's depth clip, ``racer_ref.tree.clip_draft_tree``, keeps a prefix of the
         arrays and needs no renumbering.)::
 
             keep = {0, 1, 2, 4}        0 -- 1 -- 3            0 -- 1
@@ -297,6 +297,21 @@ def leaf_paths(parents: np.ndarray, depths: np.ndarray) -> np.ndarray:
             paths[row, d] = node
             node = parent_of[node]
     return paths
+
+
+def clip_draft_tree(tree: DraftTree, max_depth: int) -> DraftTree:
+    """The nodes before the first one deeper than ``max_depth``: in breadth-first order,
+    every node down to ``max_depth`` (and any prefix is a tree: a parent precedes its children).
+
+    Used so that a step never emits more than ``max_new_tokens`` or fills the context beyond
+    its length: accepting a drafts emits ``a + 1`` tokens, so depth <= room - 1.
+    """
+    deeper = np.flatnonzero(tree.depths > max_depth)
+    if len(deeper) == 0:
+        return tree
+    n = int(deeper[0])  # keep nodes 0 .. n-1: their arrays, and the mask's top-left block
+    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.attention_mask[:n, :n],
+                     None, tree.sources[:n])
 
 
 def accept_greedy(logits: Any, tree: DraftTree, predicted: Optional[Sequence[int]] = None) -> Tuple[List[int], int]:

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from racer_ref.tree import DraftTree, accept_greedy  # noqa: F401 (the walk of step 6 lives with the tree: numpy only)
+from racer_ref.tree import DraftTree, accept_greedy  # noqa: F401 (documented here too: the walk of step 6 lives in tree.py, numpy only)
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,6 +58,62 @@ def cache_keyword(model_class: type) -> str:
 def takes_position_ids(model_class: type) -> bool:
     """Whether ``forward`` declares ``position_ids`` (not Bloom, MPT, ``BartForCausalLM``)."""
     return "position_ids" in inspect.signature(model_class.forward).parameters
+
+
+# ----------------------------------------------------------------------------- the KV cache
+def make_cache(model: Any, cache: Any) -> Any:
+    """The empty ``DynamicCache`` the prefill fills, of full-attention layers only (else a
+    ``ValueError``): the caller's, or a new one; for a model prepared by ``speed_up_model``,
+    one whose layers write in place (:mod:`racer_ref.speedups.kv_cache`, the same numbers)."""
+    from transformers import DynamicCache, cache_utils
+    from transformers.cache_utils import DynamicLayer
+
+    # The model's own layout tells sliding-window and linear-attention layers apart (a given
+    # DynamicCache() has no layers before its first forward pass).
+    layout = DynamicCache(config=model.config)
+    attention = getattr(cache_utils, "CacheLayerMixin", DynamicLayer)  # what attention layers share
+    if not any(isinstance(layer, attention) for layer in layout.layers):
+        raise ValueError(f"model: {type(model).__name__} has no attention layers ({model.config.model_type}); "
+                         "racer-ref verifies a draft tree through tree attention, so it needs a transformer "
+                         "with full-attention layers")
+    for layer in layout.layers:
+        if type(layer) is not DynamicLayer:
+            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__) + f" (model: {type(model).__name__})")
+    if cache is not None:
+        return _given_cache(cache, len(layout.layers))
+    if getattr(model, "racer_cpu_kernels", None) is not None:  # prepared by speed_up_model
+        from racer_ref.speedups.kv_cache import growing_cache
+
+        return growing_cache(model)
+    return layout
+
+
+#: The error for a cache layer that cannot keep an accepted tree path.
+UNSUPPORTED_LAYER = ("cache: layer type {} is not supported (sliding-window, linear-attention and quantized "
+                     "layers cannot keep an accepted tree path); only full-attention DynamicLayer")
+
+
+def _given_cache(cache: Any, num_layers: int) -> Any:
+    """The caller's ``cache``, after checking that it is an empty ``DynamicCache`` of
+    full-attention layers (plain, or writing in place), one per layer of the model's
+    ``num_layers`` (or none yet: ``DynamicCache()`` makes them at the first forward pass)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    from racer_ref.speedups.kv_cache import GrowingLayer
+
+    if type(cache) is not DynamicCache:
+        raise ValueError(f"cache: only an empty transformers DynamicCache is supported, got {type(cache).__name__}")
+    if not hasattr(cache, "layers"):
+        raise ValueError("cache: needs a DynamicCache with per-layer tensors (transformers >= 4.56)")
+    if cache.get_seq_length() != 0:
+        raise ValueError("cache: must be empty; generate() prefills it with the prompt")
+    if cache.layers and len(cache.layers) != num_layers:
+        raise ValueError(f"cache: {len(cache.layers)} layers, the model has {num_layers}")
+    for layer in cache.layers:
+        if type(layer) not in (DynamicLayer, GrowingLayer):
+            raise ValueError(UNSUPPORTED_LAYER.format(type(layer).__name__))
+    return cache
 
 
 def forward_prompt(model: torch.nn.Module, cache, prompt_ids: torch.Tensor) -> torch.Tensor:

@@ -64,8 +64,8 @@ import numpy as np
 from racer_ref.harness.baselines import HF_METHODS, hf_generate
 from racer_ref.harness.datasets import Prompt, answer_text, encode_conversation
 from racer_ref.harness.plots import write_plots
-from racer_ref.harness.summary import METHODS, read_results, summary_tables
-from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, MAX_CAPACITY
+from racer_ref.harness.summary import RUN_METHODS, read_results, summary_tables
+from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_CAPACITY, MAX_CAPACITY, check_capacity
 
 #: How long drafter state lives in a benchmark (docs/explanation/spec.md, "State lifetime").
 DRAFTER_STATES = ("per-request", "shared")
@@ -89,8 +89,8 @@ def split_method(name: str) -> tuple:
             draft tree of variable size (``ar``, ``pld``, ``hf-*``).
     """
     base, _, cap = name.partition("@")
-    if base not in METHODS:
-        raise ValueError(f"methods: expected names from {', '.join(METHODS)} (or 'all'), "
+    if base not in RUN_METHODS:
+        raise ValueError(f"methods: expected names from {', '.join(RUN_METHODS)} (or 'all'), "
                          f"optionally with @CAPACITY for {', '.join(TREE_METHODS)}; got {name!r}")
     if not cap:
         return base, None
@@ -109,9 +109,9 @@ def parse_methods(text: Union[str, Sequence[str]]) -> List[str]:
     """
     names = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
     # "all" stands for every plain method, wherever it appears (e.g. "all,racer@16").
-    names = [m for name in names for m in (METHODS if name == "all" else (name,))]
+    names = [m for name in names for m in (RUN_METHODS if name == "all" else (name,))]
     if not names:
-        raise ValueError(f"methods: expected a comma-separated list from {', '.join(METHODS)} "
+        raise ValueError(f"methods: expected a comma-separated list from {', '.join(RUN_METHODS)} "
                          f"(or 'all'), got {text!r}")
     for name in names:
         split_method(name)
@@ -122,17 +122,16 @@ def parse_capacity(text: Union[str, int]) -> Union[int, str]:
     """``"64"`` -> 64, ``"auto"`` -> ``"auto"``.
 
     Raises:
-        ValueError: not ``auto`` and not an integer in ``[1, 4096]``.
+        ValueError: not ``auto`` and not an integer, or an integer out of the drafter's range
+            (:func:`racer_ref.reference.limits.check_capacity`, its message).
     """
     if isinstance(text, str) and text.strip().lower() == "auto":
         return "auto"
     try:
         value = int(text)
     except (TypeError, ValueError):
-        raise ValueError(f"capacity: expected an integer in [1, {MAX_CAPACITY}] or 'auto', got {text!r}") from None
-    if not 1 <= value <= MAX_CAPACITY:
-        raise ValueError(f"capacity: expected an integer in [1, {MAX_CAPACITY}] or 'auto', got {text!r}")
-    return value
+        raise ValueError(f"capacity: must be an int in [1, {MAX_CAPACITY}] or 'auto', got {text!r}") from None
+    return check_capacity(value)
 
 
 # ----------------------------------------------------------------------------- one call
@@ -149,7 +148,7 @@ class RunOutput:
 
 
 class MethodRunner:
-    """Runs any method of :data:`METHODS` on token ids with fixed settings.
+    """Runs any method of :data:`RUN_METHODS` on token ids with fixed settings.
 
     Args:
         model, tokenizer: the target model and its tokenizer.
@@ -259,7 +258,7 @@ class MethodRunner:
         """Generate for one prompt and time it.
 
         Args:
-            method: one of :data:`METHODS`, optionally ``NAME@CAPACITY`` (see
+            method: one of :data:`RUN_METHODS`, optionally ``NAME@CAPACITY`` (see
                 :func:`parse_methods`).
             prompt_ids: token ids (chat template already applied).
             max_new_tokens: override the runner's setting.
@@ -500,7 +499,7 @@ def run_bench(
     Args:
         model, tokenizer: the target model (batch size 1) and its tokenizer.
         prompts: from :mod:`racer_ref.harness.datasets`.
-        methods: names from :data:`METHODS`; ``ar`` should be among them for ``matches_ar``
+        methods: names from :data:`RUN_METHODS`; ``ar`` should be among them for ``matches_ar``
             and the speedup over ``ar``.
         out_dir: created if missing; ``results.jsonl`` is overwritten.
         max_new_tokens: new tokens per generation (>= 1), i.e. per turn.

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from racer_ref.harness.summary import METHODS, aggregate, speedup
+from racer_ref.harness.summary import RUN_METHODS, aggregate, speedup
 
 
 
@@ -37,7 +37,7 @@ def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Union[str, Path],
 
     out = Path(out_dir)
     present = list(dict.fromkeys(r["method"] for r in rows))
-    methods = [m for m in (methods or METHODS) if m in present]
+    methods = [m for m in (methods or RUN_METHODS) if m in present]
     categories = list(dict.fromkeys(r["category"] for r in rows)) + ["overall"]
     colors = plt.get_cmap("tab10")
     written = []

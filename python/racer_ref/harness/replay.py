@@ -36,10 +36,10 @@ from typing import Any, List, Sequence
 import numpy as np
 import torch
 
-from racer_ref.decoding import clip_draft_tree
+from racer_ref.tree import clip_draft_tree
 from racer_ref.metrics import mean_accepted_tokens
 from racer_ref.reference.limits import DEFAULT_BREADTH, DEFAULT_MAX_NODES, DEFAULT_NGRAM
-from racer_ref.verify import accept_greedy
+from racer_ref.tree import accept_greedy
 
 __all__ = ["Recording", "record", "replay", "accepted_bound", "fewest_steps", "bound_mat"]
 

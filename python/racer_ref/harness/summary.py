@@ -20,8 +20,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from racer_ref.metrics import mean_accepted_tokens
 
-#: Every method ``racer-ref bench`` runs, in the order tables list them.
-METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
+#: Every method ``racer-ref bench`` runs, in the order tables list them: the drafting methods
+#: of :data:`racer_ref.tree.METHODS` (``"ar"`` first) and the ``model.generate`` baselines of
+#: :data:`racer_ref.harness.baselines.HF_METHODS` (``tests/test_bench.py`` checks it is exactly these).
+RUN_METHODS = ("ar", "hf-greedy", "hf-pld", "pld", "logits", "logits-last", "retrieval", "racer")
 
 
 def read_results(out_dir: Union[str, Path]) -> List[Dict[str, Any]]:
@@ -137,7 +139,7 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
     """The Markdown tables of :func:`summarize` (overall, MAT per category, speedups per
     category), without the header."""
     present = list(dict.fromkeys(r["method"] for r in rows))
-    methods = [m for m in (methods or METHODS) if m in present] + [m for m in present if m not in (methods or METHODS)]
+    methods = [m for m in (methods or RUN_METHODS) if m in present] + [m for m in present if m not in (methods or RUN_METHODS)]
     categories = list(dict.fromkeys(r["category"] for r in rows))
     parts = []
     overall = []

@@ -1,6 +1,6 @@
 """Draw what happened at each decoding step: draft trees, their sources and the accepted path.
 
-The steps come from :class:`racer_ref.wrappers.StepRecorder` (a drafter wrapper that records
+The steps come from :class:`racer_ref.harness.records.StepRecorder` (a drafter wrapper that records
 every step's tree and accepted path); this module only renders them.
 
 Renderers:
@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from racer_ref.wrappers import StepRecorder, TraceStep, accepted_path  # noqa: F401 (old racer_ref.trace names)
+from racer_ref.harness.records import StepRecorder, TraceStep, accepted_path  # noqa: F401 (old racer_ref.trace names)
 from racer_ref.tree import (
     SOURCE_BOTH,
     SOURCE_LOGITS,

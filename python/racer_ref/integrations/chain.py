@@ -17,22 +17,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from racer_ref.drafter import implementation
 from racer_ref.tree import DraftTree
 
 
 def chain_function(backend: str) -> Callable[[Any, int], Any]:
-    """``best_chain(parents, length)`` of ``backend`` (``"rust"`` or ``"python"``).
+    """``best_chain(parents, length)`` of ``backend`` (``"rust"`` or ``"python"``; the one
+    backend switch, :func:`racer_ref.drafter.implementation`).
 
     Raises:
-        ValueError: an unknown backend.
+        TypeError, ValueError: not a backend's name (:func:`racer_ref.drafter.backend_name`).
     """
-    if backend == "rust":
-        from racer_ref._core import best_chain
-    elif backend == "python":
-        from racer_ref.reference.chain import best_chain  # type: ignore[assignment]
-    else:
-        raise ValueError(f'backend: must be "rust" or "python", got {backend!r}')
-    return best_chain
+    return implementation(backend).best_chain
 
 
 class ChainDrafter:

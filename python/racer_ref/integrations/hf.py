@@ -14,14 +14,16 @@ new tokens, or with ``return_dict_in_generate=True`` a :class:`RacerDecoderOnlyO
 (transformers' ``GenerateDecoderOnlyOutput`` plus the acceptance statistics).
 
 Drafter settings are keyword arguments of ``generate()`` (transformers after 4.56 passes
-the keys of this function's signature through): ``method``, ``capacity``, ``breadth``, ``ngram``,
-``max_nodes``, ``backend``, ``drafter``, ``observe_rejected``. With transformers 4.56 bind them
-first: ``functools.partial(racer_decoding, capacity=32)``.
+the keys of this function's signature through): ``method``, ``backend``, the drafter
+parameters of :data:`racer_ref.drafter.DRAFTER_PARAMETERS` (``capacity``, ``breadth``,
+``ngram``, ``max_nodes``, ``tree``), ``drafter``, ``observe_rejected``, ``probe``. With
+transformers 4.56 bind them first: ``functools.partial(racer_decoding, capacity=32)``.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -38,7 +40,8 @@ except ModuleNotFoundError as _exc:  # the core install: say which extra brings 
     raise _missing from _exc
 
 from racer_ref.decoding import generate
-from racer_ref.options import make_cache
+from racer_ref.drafter import DRAFTER_PARAMETERS
+from racer_ref.verify import make_cache
 
 
 @dataclass
@@ -170,10 +173,6 @@ def racer_decoding(
     synced_gpus: bool = False,
     streamer: Any = None,
     method: Optional[str] = None,
-    capacity: Optional[int] = None,
-    breadth: Optional[int] = None,
-    ngram: Optional[int] = None,
-    max_nodes: Optional[int] = None,
     backend: Optional[str] = None,
     drafter: Any = None,
     observe_rejected: Optional[bool] = None,
@@ -184,7 +183,9 @@ def racer_decoding(
     """RACER decoding for ``model.generate(custom_generate=racer_decoding)``.
 
     transformers calls it with what it prepared; the drafter settings are keyword arguments
-    of ``model.generate`` (see :func:`racer_ref.generate` for their meaning).
+    of ``model.generate`` (see :func:`racer_ref.generate` for their meaning): ``method``,
+    ``backend``, ``drafter``, ``observe_rejected``, ``probe`` and each drafter parameter of
+    :data:`racer_ref.drafter.DRAFTER_PARAMETERS` (in the signature, taken from ``model_kwargs``).
 
     Args:
         model: the transformers causal LM (decoder-only, full attention).
@@ -217,6 +218,7 @@ def racer_decoding(
             Raised before any forward pass.
     """
     caller = _generate_frame_locals()
+    parameters = {name: model_kwargs.pop(name) for name in DRAFTER_PARAMETERS if name in model_kwargs}
     if streamer is None and caller.get("streamer") is not None:
         streamer = _AfterPrompt(caller["streamer"])  # transformers 5.x: it has seen the prompt
     elif streamer is not None:
@@ -239,8 +241,8 @@ def racer_decoding(
 
     # The drafter settings given (None: racer_ref.generate's default, or the drafter's own).
     settings = {name: value for name, value in dict(
-        method=method, capacity=capacity, breadth=breadth, ngram=ngram, max_nodes=max_nodes, backend=backend,
-        drafter=drafter, observe_rejected=observe_rejected, probe=probe).items() if value is not None}
+        method=method, backend=backend, drafter=drafter, observe_rejected=observe_rejected, probe=probe,
+        **parameters).items() if value is not None}
     cache = make_cache(model, None)  # kept for the output's past_key_values
     result = generate(
         model, prompt=input_ids[0], max_new_tokens=max_new_tokens,
@@ -262,5 +264,12 @@ def racer_decoding(
         timings=dict(result.timings),
     )
 
+
+# The drafter parameters stand in the signature (transformers passes the keys it names through).
+_signature = inspect.signature(racer_decoding)
+_parameters = list(_signature.parameters.values())
+racer_decoding.__signature__ = _signature.replace(parameters=[  # type: ignore[attr-defined]
+    *_parameters[:-1], *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in DRAFTER_PARAMETERS),
+    _parameters[-1]])  # **model_kwargs last
 
 _keep_tokenizer_for_racer_decoding()

@@ -237,3 +237,35 @@ def default_processors(model: Any, prompt_ids: Sequence[int], max_new_tokens: in
     if eos_token_id is not None and not (isinstance(eos_token_id, (list, tuple)) and len(eos_token_id) == 0):
         settings["eos_token_id"] = eos_token_id  # [] (no EOS stops generation): the config's ids, for min_new_tokens
     return processors_from_generation_config(model, prompt_ids, **settings)
+
+
+def tree_processor(model: Any, logits_processor: Any, prompt_ids: Sequence[int], max_new_tokens: int,
+                   eos_token_id: Any) -> Optional[TreeLogitsProcessor]:
+    """What ``generate()`` applies to every draft-tree node: ``logits_processor``, or with
+    ``None`` what ``model.generate(do_sample=False)`` applies from the model's generation
+    config (:func:`default_processors`). ``None`` when that leaves none to apply."""
+    if logits_processor is None:
+        logits_processor = default_processors(model, prompt_ids, max_new_tokens, eos_token_id)
+    return as_tree_processor(logits_processor)  # None: raw logits are the target's scores
+
+
+#: Settings of ``model.generation_config`` that a sampling ``model.generate`` applies and
+#: ``generate()`` does not take from the config (it has its own ``temperature`` and ``top_p``;
+#: pass the others as ``logits_processor``), with their neutral values: a setting away from
+#: them makes the two differ when sampling, so :func:`warn_unapplied_sampling` warns. The
+#: greedy processors (repetition penalty, ``no_repeat_ngram_size``, ...) are applied.
+UNAPPLIED_SAMPLING_SETTINGS = {
+    "top_k": (None, 0), "typical_p": (None, 1.0), "min_p": (None, 0.0), "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+}
+
+
+def warn_unapplied_sampling(config: Any) -> None:
+    """Warn about every sampling setting of the model's generation ``config`` that a sampling
+    ``model.generate`` would apply and ``generate()`` does not (they change the distribution)."""
+    ignored = [f"{name}={getattr(config, name)!r}" for name, neutral in UNAPPLIED_SAMPLING_SETTINGS.items()
+               if getattr(config, name, None) not in neutral]
+    if ignored:
+        warnings.warn(f"model.generation_config: {', '.join(ignored)} not applied by racer_ref.generate "
+                      "when sampling (pass them as logits_processor), so its distribution differs from "
+                      "model.generate's", stacklevel=4)

@@ -54,24 +54,38 @@ MAX_TABLE_ENTRIES = 1 << 28
 # --------------------------------------------------------------------------------------
 
 
-def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits.
-
-    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
-    that all of them are refused the same way as in the Rust wrappers.
-    """
+def int_kind(value: Any, arg: str, index: Optional[int] = None) -> int:
+    """``value`` as a Python int of any size; TypeError for bool and non-integers."""
     where = "" if index is None else f"element {index} "
     # bool is a subclass of int in Python, but True is not a token id: refuse it.
     if isinstance(value, bool):
         raise TypeError(f"{arg}: {where}must be an int, got bool")
     try:
         # operator.index accepts ints and numpy integers, and refuses floats and numpy bools.
-        v = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{arg}: {where}must be an int, got {type(value).__name__}") from None
+
+
+def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
+    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits.
+
+    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
+    that all of them are refused the same way as in the Rust wrappers.
+    """
+    v = int_kind(value, arg, index)
     # The Rust side reads a 64-bit integer first; anything wider is out of every range.
     if not -(2**63) <= v < 2**63:
+        where = "" if index is None else f"element {index} "
         raise ValueError(f"{arg}: {where}is out of range, got {v}")
+    return v
+
+
+def at_least(value: Any, arg: str, low: int) -> int:
+    """``value`` as an int (:func:`int_value`); ValueError below ``low``."""
+    v = int_value(value, arg)
+    if v < low:
+        raise ValueError(f"{arg}: must be >= {low}, got {v}")
     return v
 
 
@@ -89,8 +103,13 @@ def choice_value(value: Any, arg: str, choices: Sequence[str], default: str) -> 
     if not isinstance(value, str):
         raise TypeError(f"{arg}: must be a str, got {type(value).__name__}")
     if value not in choices:
-        raise ValueError(f"{arg}: unknown {arg} {value!r}; expected one of " + ", ".join(f'"{c}"' for c in choices))
+        raise ValueError(f"{arg}: unknown {arg} {quoted(value)}; expected one of " + ", ".join(map(quoted, choices)))
     return str(value)  # a str subclass (numpy's str_) as a plain str, as the Rust core reads it
+
+
+def quoted(text: str) -> str:
+    """``text`` in double quotes, as the Rust core writes a string in a message (``{:?}``)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def check_token(arg: str, index: Optional[int], v: int) -> int:

@@ -23,6 +23,6 @@ part of a step cheaper and says where it plugs in:
   draft-tree capacity giving the most tokens per second. Plugs in as the ``drafter=``
   argument of ``generate()`` (it wraps a ``racer_ref.Drafter``).
 
-Nothing in the loop imports this package (the boundary, :mod:`racer_ref.options`, plugs each
-part in when it is asked for); everything here may import the loop, never the other way round.
+Nothing in the loop imports this package (the boundary, :mod:`racer_ref.options`, and the
+drafting it makes, :func:`racer_ref.drafter.make_drafting`, plug each part in when it is asked for); everything here may import the loop, never the other way round.
 """

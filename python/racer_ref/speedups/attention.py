@@ -26,10 +26,12 @@ the faster path (CPU tensors, a mask, more than one query, a grouped model, no d
 extra position bias or soft-capping) and hands every other call, unchanged, to transformers'
 own ``sdpa_attention_forward``. The arithmetic is the same attention: outputs agree with
 ``"sdpa"`` to float rounding (tested), and greedy decoding is unchanged.
+:func:`prepare_cpu_attention` is what ``generate()`` does with it on a CPU (once per model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any, Optional, Tuple
 
@@ -139,3 +141,29 @@ def use_sdpa_gqa(model: Any) -> bool:
     register()
     model.set_attn_implementation(SDPA_GQA)
     return model.config._attn_implementation == SDPA_GQA
+
+
+def prepare_cpu_attention(model: Any) -> None:
+    """What ``generate()`` does to a model on a CPU before its first verify pass (after every
+    argument is checked): a grouped-query model on ``"sdpa"`` switches to ``"sdpa_gqa"``
+    (:func:`use_sdpa_gqa`: the same attention, to float rounding, without ``repeat_kv``'s
+    copy of the KV cache per layer on every tree pass), then a real float32 model gets the CPU
+    fast path (:func:`racer_ref.speedups.cpu_kernels.speed_up_by_default`, once per model, one
+    ``racer_ref`` log line). Neither for a model that ``speed_up_model`` prepared (its attention
+    is chosen), nor with ``$RACER_REF_CPU_KERNELS=off`` or ``model.racer_cpu_kernels_off = True``
+    (the command line's ``--cpu-kernels off``). Sets ``model.racer_cpu_checked`` so that a later
+    call skips it, unless the model is still on ``"sdpa"``."""
+    from racer_ref.speedups.cpu_kernels import speed_up_by_default, switched_off
+
+    if switched_off() or getattr(model, "racer_cpu_kernels_off", False):  # (the CLI's --cpu-kernels off)
+        return
+    # A model prepared by speed_up_model (the command line, the demo, the user) has its attention chosen.
+    prepared = getattr(model, "racer_cpu_kernels", None) is not None
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if sdpa and not prepared and hasattr(model, "set_attn_implementation"):
+        use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
+    if not prepared:
+        speed_up_by_default(model)  # a real float32 model: measured kernels and a direct forward
+    # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
+    with contextlib.suppress(AttributeError, TypeError):  # (a model that takes no attributes: checked every call)
+        model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"

@@ -39,7 +39,7 @@ import numpy as np
 
 from racer_ref.reference.limits import DEFAULT_CAPACITY
 from racer_ref.tree import SOURCE_RETRIEVAL, DraftTree, tree_attention_mask
-from racer_ref.wrappers import DrafterWrapper, TraceStep
+from racer_ref.harness.records import DrafterWrapper, TraceStep
 
 #: Capacities considered by default (the root counts; 1 = plain autoregressive decoding).
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -89,7 +89,7 @@ def profile_forward(model: Any, sizes: Sequence[int] = DEFAULT_CANDIDATES, prefi
     """
     import torch
 
-    from racer_ref.options import make_cache
+    from racer_ref.verify import make_cache
     from racer_ref.speedups.cpu_kernels import routed_layer_count
     from racer_ref.exactness import input_device, plain_pass
 

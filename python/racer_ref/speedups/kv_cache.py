@@ -8,7 +8,7 @@ cached tokens that is 18 MB per pass, 1-4% of a CPU verify pass (``benchmarks/be
 its ``ours`` variant writes in place, ``hf`` appends).
 
 ``generate()`` makes its cache from these layers for a model prepared by ``speed_up_model``
-(:func:`racer_ref.options.make_cache`); pass ``cache=growing_cache(model)`` to have them
+(:func:`racer_ref.verify.make_cache`); pass ``cache=growing_cache(model)`` to have them
 without it.
 
 :class:`GrowingLayer` keeps each layer's keys and values at the front of a larger buffer and

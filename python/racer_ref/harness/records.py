@@ -1,4 +1,4 @@
-"""Drafter wrappers: see (or change) every decoding step without a hook in the loop.
+"""Step records: drafter wrappers that see (or change) every decoding step without a hook in the loop.
 
 :class:`DrafterWrapper` wraps a drafter (anything with ``observe`` / ``commit`` / ``draft``,
 such as ``racer_ref.Drafter``) and passes ``generate(..., drafter=wrapper)`` every call
@@ -6,10 +6,9 @@ through. It needs no hook in the verification loop: ``generate()`` commits ``roo
 accepted drafts`` to the drafter after each step (see the spec page, "One decoding step",
 step 9), so walking the last tree with those tokens finds the accepted path.
 
-* :class:`CheckedDrafter` checks every tree of a drafter of the caller's (``generate()``
-  wraps such a drafter in it).
 * :class:`StepRecorder` records every step (:class:`TraceStep`: tree, accepted path,
-  committed tokens, wall time); ``racer_ref.harness.trace`` draws them.
+  committed tokens, wall time); ``racer_ref.harness.trace`` draws them;
+  the command line (``racer-ref generate --trace``) and the benchmarks record with it.
 * ``racer_ref.speedups.capacity.AdaptiveDrafter`` chooses the capacity of every step.
 """
 
@@ -151,54 +150,6 @@ class DrafterWrapper:
 
     def _on_timed(self, step: TraceStep) -> None:
         """Called once the step's wall time is known (at the next ``draft``)."""
-
-
-class CheckedDrafter:
-    """A drafter of the caller's whose every draft tree is checked before the target sees it.
-
-    ``generate()`` trusts the drafters of racer_ref; it wraps any other ``drafter=`` in this
-    class, so that a tree the loop cannot verify losslessly is a ``RuntimeError`` naming the
-    drafter, never a wrong output or an error deep in the model. Checked is what the loop
-    relies on (:meth:`DraftTree.validate` with ``contract=False``: the root, parents before
-    children, depths, tokens in ``[0, vocab_size)``, the mask) and that the tree is rooted
-    at the step's root; the rest of the contract (dtypes, breadth-first order, a trie,
-    ``sources``) is not the loop's business.
-
-    Args:
-        inner: the caller's drafter (``draft``, ``observe``, ``commit``).
-        vocab_size: the model's vocabulary size: every token must lie in ``[0, vocab_size)``.
-    """
-
-    def __init__(self, inner: Any, vocab_size: int) -> None:
-        self.inner, self.vocab_size = inner, vocab_size
-
-    def draft(self, root: int, last_topk: Any = None) -> DraftTree:
-        tree = self.inner.draft(root, last_topk=last_topk)
-        name = type(self.inner).__name__
-        if not isinstance(tree, DraftTree):
-            raise RuntimeError(f"drafter: {name}.draft() returned {type(tree).__name__}, "
-                               "not a racer_ref.tree.DraftTree")
-        try:
-            DraftTree(*(np.asarray(a) for a in (tree.tokens, tree.parents, tree.depths, tree.attention_mask)),
-                      None, np.asarray(tree.sources)).validate(self.vocab_size, contract=False)
-        except (TypeError, ValueError) as error:
-            raise RuntimeError(f"drafter: {name}.draft() returned a tree the loop cannot verify: {error}") from None
-        if int(tree.tokens[0]) != root:
-            raise RuntimeError(f"drafter: {name}.draft() returned a tree rooted at {int(tree.tokens[0])}, "
-                               f"expected {root}")
-        return tree
-
-    def observe(self, token_ids: Any, topk_ids: Any) -> None:
-        self.inner.observe(token_ids, topk_ids)
-
-    def commit(self, token_ids: Any) -> None:
-        self.inner.commit(token_ids)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called for attributes not found on the wrapper itself (method, breadth, ...).
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 class StepRecorder(DrafterWrapper):

@@ -24,13 +24,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from racer_ref.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
-from racer_ref.harness.bench import (DEFAULT_WARMUP_TOKENS, METHODS, TURNS, parse_capacity,
-                                    parse_methods)
+from racer_ref.app.demo import DEMO_MAX_NEW_TOKENS, TextStreamer, run_demo
+from racer_ref.drafter import backend_name
+from racer_ref.harness.bench import DEFAULT_WARMUP_TOKENS, TURNS, parse_capacity, parse_methods
 from racer_ref.harness.datasets import DATASETS
 from racer_ref.harness.models import resolve_device, resolve_dtype
+from racer_ref.harness.summary import RUN_METHODS
+from racer_ref.reference.drafter import TREES
+from racer_ref.reference.limits import choice_value
+from racer_ref.tree import METHODS
 
 # ----------------------------------------------------------------------------- setup
 
@@ -85,7 +89,7 @@ def default_capacity(capacity: Any, model: Any) -> Any:
     elsewhere (on a CPU every node costs; on HumanEval 0-4, 2-core AMD EPYC, fixed 16 gave
     2.27x over hf-greedy where ``auto`` gave 2.08x). With ``--compile``, the largest compiled
     pass size: a larger tree would run outside the compiled graphs, at the eager path's cost."""
-    from racer_ref.decoding import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
+    from racer_ref.drafter import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
 
     if capacity is not None:
         return capacity
@@ -129,9 +133,10 @@ def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g.add_argument("--max-new-tokens", type=_positive_int, default=default_tokens, metavar="N",
                    help=f"new tokens to generate at most (default {default_tokens})")
     g.add_argument("--temperature", type=_temperature_arg, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--backend", default="rust", choices=["rust", "python"],
+    g.add_argument("--backend", default="rust", type=_rule(backend_name), metavar="{rust,python}",
                    help="drafter implementation (default rust)")
-    g.add_argument("--tree", default="paper", choices=["paper", "expected"],
+    g.add_argument("--tree", default="paper", type=_rule(lambda text: choice_value(text, "tree", TREES, "paper")),
+                   metavar="{paper,expected}",
                    help="draft tree: paper (default: the paper's merge, retrieval first, then the "
                         "logits tree) or expected (the nodes with the most expected accepted tokens)")
     g.add_argument("--seed", type=_seed_arg, default=0, help="random seed for sampling (default 0)")
@@ -150,7 +155,7 @@ def _positive_int(text: str) -> int:
 
 def _temperature_arg(text: str) -> float:
     """An argparse type: ``generate()``'s rule for ``temperature`` (0, or a finite number > 0)."""
-    from racer_ref.options import check_sampling_arguments
+    from racer_ref.sampling import check_sampling_arguments
 
     try:
         value = float(text)
@@ -176,6 +181,17 @@ def _trace_out_arg(text: str) -> str:
     if Path(text).suffix.lower() not in (".html", ".png", ".svg", ".pdf"):
         raise argparse.ArgumentTypeError(f"expected a .html, .png, .svg or .pdf file, got {text!r}")
     return text
+
+
+def _rule(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type that applies one of racer_ref's rules, with its message."""
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def _capacity_arg(text: str) -> Any:
@@ -239,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Stream RACER's output for PROMPT, then print new tokens, steps, "
                                    "MAT, tokens/s and the speedup over plain greedy decoding.")
     g.add_argument("prompt", help="the prompt text ('-' reads standard input)")
-    g.add_argument("--method", default="racer", choices=[m for m in METHODS if not m.startswith("hf-")],
+    g.add_argument("--method", default="racer", type=_rule(lambda text: choice_value(text, "method", METHODS, "racer")),
+                   metavar="{" + ",".join(METHODS) + "}",
                    help="drafting method; ar: plain decoding, one token per pass (default racer)")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     g.add_argument("--baseline", default="hf-greedy", choices=["hf-greedy", "ar", "none"],
@@ -259,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark methods on a prompt set",
                        description="Run methods side by side on a prompt set; write results.jsonl, "
                                    "summary.md and PNG plots into --out.")
-    b.add_argument("--methods", type=_methods_arg, default=list(METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}, or 'all' (default all); "
+    b.add_argument("--methods", type=_methods_arg, default=list(RUN_METHODS),
+                   help=f"comma-separated, from {', '.join(RUN_METHODS)}, or 'all' (default all); "
                         "NAME@C runs a tree method at capacity C (e.g. racer@16,racer@auto)")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", choices=DATASETS,
@@ -326,7 +343,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from racer_ref.harness.bench import MethodRunner
     from racer_ref.harness.datasets import encode_prompt
     from racer_ref.harness.trace import print_trace, save_trace
-    from racer_ref.wrappers import StepRecorder
+    from racer_ref.harness.records import StepRecorder
 
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not text.strip():
@@ -393,7 +410,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.temperature == 0:
             same = "  output identical: " + ("yes" if out.result.token_ids == base.result.token_ids else "NO")
         console.print(f"speedup of {args.method} over {args.baseline}: {sp:.2f}x{same}")
-        from racer_ref.demo import _load_average, timing_warnings  # the demo's busy-machine rule
+        from racer_ref.app.demo import _load_average, timing_warnings  # the demo's busy-machine rule
 
         for line in timing_warnings(_load_average(), os.cpu_count()):
             console.print(f"warning: {line}")
@@ -468,7 +485,7 @@ def run_demo_cmd(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.cli:main``)."""
+    """Entry point of ``racer-ref`` (``pyproject.toml``: ``racer-ref = racer_ref.app.cli:main``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:  # the exercises' checker parses its own arguments
         from racer_ref.course.check import main as check_main

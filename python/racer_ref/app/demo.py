@@ -1,4 +1,4 @@
-"""The main job (``make demo``, ``python -m racer_ref.demo``).
+"""The main job (``make demo``, ``racer-ref demo``, ``python -m racer_ref.app.demo``).
 
 :func:`main` runs RACER against plain greedy decoding on the default model, on three
 prompts of the kinds RACER is for (fixing the typos in a given text, rewriting a given
@@ -234,7 +234,7 @@ def automaton_walkthrough(
 
 def accepted_sources(steps: Sequence[Any]) -> dict:
     """Where the accepted drafts came from: accepted draft tokens per node source, summed over
-    the recorded steps (:class:`racer_ref.wrappers.TraceStep`; the root is not a draft).
+    the recorded steps (:class:`racer_ref.harness.records.TraceStep`; the root is not a draft).
 
     Returns:
         ``{"retrieval": int, "logits": int, "both": int}``: tokens the retrieval tree alone
@@ -327,7 +327,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
 
     from racer_ref.harness.bench import MethodRunner, first_mismatch
     from racer_ref.harness.datasets import encode_conversation
-    from racer_ref.wrappers import StepRecorder
+    from racer_ref.harness.records import StepRecorder
 
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected an integer >= 1, got {repeats!r}")
@@ -350,7 +350,7 @@ def run_demo(model: Any = None, tokenizer: Any = None, max_new_tokens: int = DEM
         use_sdpa_gqa(model)
         speed_up_model(model)  # CPU only: the measured linear kernels and the direct forward
     if capacity is None:
-        from racer_ref.decoding import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
+        from racer_ref.drafter import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
 
         capacity = DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
     runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity)
@@ -460,7 +460,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m racer_ref.demo",
+        prog="python -m racer_ref.app.demo",
         description="RACER against plain greedy decoding on the default model: a text to correct, "
                     "a function to rewrite, and a second turn that revises the first answer.")
     parser.add_argument("--walkthrough", action="store_true",
