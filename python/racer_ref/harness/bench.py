@@ -61,7 +61,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 import numpy as np
 
-from racer_ref.harness.baselines import HF_METHODS, hf_generate
+from racer_ref.harness.baselines import HF_METHODS, hf_generate, sync
 from racer_ref.harness.datasets import Prompt, answer_text, encode_conversation
 from racer_ref.harness.plots import write_plots
 from racer_ref.harness.summary import METHODS, read_results, summary_tables
@@ -195,12 +195,6 @@ class MethodRunner:
         self.tree = tree
         self.calibration: Dict[str, Dict[str, Any]] = {}
 
-    def _sync(self) -> None:
-        if getattr(self.model.device, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.model.device)
-
     def controller(self, method: str) -> Any:
         """The ``auto`` capacity controller of ``method`` (profiles the model on first use;
         the profile is shared, the acceptance estimates are per method)."""
@@ -279,10 +273,10 @@ class MethodRunner:
 
             # Stock transformers stands for itself: PyTorch's own kernels, the model's own forward.
             with stock_path(self.model):
-                self._sync()
+                sync(self.model)
                 tic = time.perf_counter()
                 result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
-                self._sync()
+                sync(self.model)
             return RunOutput(result, time.perf_counter() - tic, None)
 
         from racer_ref.decoding import generate
@@ -297,7 +291,7 @@ class MethodRunner:
         if drafter_wrapper is not None and drafter is not None:
             drafter = drafter_wrapper(drafter)
         gen_seed = seed if self.temperature > 0 else None
-        self._sync()
+        sync(self.model)
         tic = time.perf_counter()
         # A drafter made here carries the method and its settings; otherwise generate() makes one.
         # (``ar`` drafts nothing: generate() warns about drafter settings passed with it.)
@@ -308,7 +302,7 @@ class MethodRunner:
             self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, temperature=self.temperature,
             eos_token_id=self.eos_token_id, seed=gen_seed, callback=callback, **settings,
         )
-        self._sync()
+        sync(self.model)
         wall = time.perf_counter() - tic
         if hasattr(drafter, "finalize"):
             drafter.finalize(result)
@@ -536,7 +530,7 @@ def run_bench(
             written).
     """
     methods = parse_methods(methods)
-    capacity = parse_capacity(capacity) if isinstance(capacity, str) else parse_capacity(str(capacity))
+    capacity = parse_capacity(str(capacity))
     turns = parse_turns(turns)
     n_warmup = _warmup_runs(warmup)
     if not prompts:
@@ -549,15 +543,13 @@ def run_bench(
                                       or warmup_tokens < 1):
         raise ValueError(f"warmup_tokens: expected an integer >= 1 or None (= max_new_tokens), "
                          f"got {warmup_tokens!r}")
-    if drafter_state not in DRAFTER_STATES:
-        raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, got {drafter_state!r}")
+    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,  # checks drafter_state
+                          temperature=temperature, eos_token_id=eos_token_id, backend=backend,
+                          drafter_state=drafter_state, tree=tree)
     if temperature and any(m in HF_METHODS for m in methods):
         raise ValueError("methods: hf-greedy and hf-pld are greedy only; drop them or use temperature 0")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
-                          temperature=temperature, eos_token_id=eos_token_id, backend=backend,
-                          drafter_state=drafter_state, tree=tree)
     # Later turns are asked after this method's answers, the same text for every method.
     context_method = "ar" if "ar" in methods else methods[0]
     n_turns = [len(p.turns) if turns == "all" else 1 for p in prompts]
