@@ -53,7 +53,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -656,18 +655,9 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
-    from racer_ref.speedups.cpu_kernels import kernels_report, routed_layer_count
+    from racer_ref.speedups.cpu_kernels import cpu_name, kernels_report, routed_layer_count
 
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     device = str(model.device)
     if model.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(model.device)})"
@@ -681,7 +671,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "routed_linears": routed_layer_count(model),
         "cpu_kernels": kernels_report(model),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
