@@ -105,6 +105,12 @@ class Case:
 CaseIter = Iterator[Case]
 
 
+def _seeded(count: int, function: str, run: Callable[[random.Random], Optional[str]]) -> CaseIter:
+    """The differential cases ``random000``... of ``function``: ``run`` on ``random.Random(seed)``."""
+    for seed in range(count):
+        yield Case(f"random{seed:03d}", function, lambda seed=seed: run(random.Random(seed)))
+
+
 @dataclass(frozen=True)
 class Exercise:
     number: str
@@ -310,22 +316,20 @@ def _named_01(mod: ModuleType) -> CaseIter:
 
 
 def _random_01(mod: ModuleType) -> CaseIter:
-    for seed in range(40):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            ngram, alphabet = rnd.randint(2, 6), rnd.randint(1, 6)
-            trie, core = mod.Trie(ngram), _core_automaton(10**6, ngram)
-            committed: List[int] = []
-            for _ in range(rnd.randint(1, 6)):
-                chunk = _phrase_stream(rnd, alphabet, rnd.randint(0, 12))
-                trie.extend(chunk)
-                core.extend(chunk)
-                committed += chunk
-                _check_trie(trie, core, ngram, committed, f"ngram {ngram}, after committing {committed}")
-            absent = tuple(committed[-1:]) + (alphabet + 7,)
-            expect(trie.freq(absent), 0, f"trie.freq({absent}) (never committed)", "01.freq")
+    def run(rnd: random.Random) -> None:
+        ngram, alphabet = rnd.randint(2, 6), rnd.randint(1, 6)
+        trie, core = mod.Trie(ngram), _core_automaton(10**6, ngram)
+        committed: List[int] = []
+        for _ in range(rnd.randint(1, 6)):
+            chunk = _phrase_stream(rnd, alphabet, rnd.randint(0, 12))
+            trie.extend(chunk)
+            core.extend(chunk)
+            committed += chunk
+            _check_trie(trie, core, ngram, committed, f"ngram {ngram}, after committing {committed}")
+        absent = tuple(committed[-1:]) + (alphabet + 7,)
+        expect(trie.freq(absent), 0, f"trie.freq({absent}) (never committed)", "01.freq")
 
-        yield Case(f"random{seed:03d}", "Trie", run)
+    yield from _seeded(40, "Trie", run)
 
 
 # --------------------------------------------------------------------------------------
@@ -377,16 +381,14 @@ def _named_02(mod: ModuleType) -> CaseIter:
 
 
 def _random_02(mod: ModuleType) -> CaseIter:
-    for seed in range(60):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            ngram = rnd.randint(2, 5)
-            core = _core_automaton(rnd.randint(ngram, 40), ngram)
-            core.extend(_phrase_stream(rnd, rnd.randint(1, 5), rnd.randint(1, 50)))
-            states = _states(core)
-            _compare_links(mod.failure_links(set(states)), states, {}, f"trie {sorted(states)}")
+    def run(rnd: random.Random) -> None:
+        ngram = rnd.randint(2, 5)
+        core = _core_automaton(rnd.randint(ngram, 40), ngram)
+        core.extend(_phrase_stream(rnd, rnd.randint(1, 5), rnd.randint(1, 50)))
+        states = _states(core)
+        _compare_links(mod.failure_links(set(states)), states, {}, f"trie {sorted(states)}")
 
-        yield Case(f"random{seed:03d}", "failure_links", run)
+    yield from _seeded(60, "failure_links", run)
 
 
 # --------------------------------------------------------------------------------------
@@ -481,24 +483,22 @@ def _named_03(mod: ModuleType) -> CaseIter:
 
 
 def _random_03(mod: ModuleType) -> CaseIter:
-    for seed in range(40):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            ngram = rnd.randint(2, 5)
-            # 1 and 1025 share an epoch counter (1025 % 1024 == 1).
-            symbols = [0, 1, 2, 1025][: rnd.randint(1, 4)]
-            core = _core_automaton(rnd.randint(ngram, ngram + 10), ngram)
-            driver = _LazyDriver(mod)
-            committed: List[int] = []
-            for _ in range(rnd.randint(5, 40)):
-                token = rnd.choice(symbols)
-                core.extend([token])
-                committed.append(token)
-                states = _states(core)
-                driver.sync(states)
-                driver.check(states, {}, f"after committing {committed[-12:]} (ngram {ngram})")
+    def run(rnd: random.Random) -> None:
+        ngram = rnd.randint(2, 5)
+        # 1 and 1025 share an epoch counter (1025 % 1024 == 1).
+        symbols = [0, 1, 2, 1025][: rnd.randint(1, 4)]
+        core = _core_automaton(rnd.randint(ngram, ngram + 10), ngram)
+        driver = _LazyDriver(mod)
+        committed: List[int] = []
+        for _ in range(rnd.randint(5, 40)):
+            token = rnd.choice(symbols)
+            core.extend([token])
+            committed.append(token)
+            states = _states(core)
+            driver.sync(states)
+            driver.check(states, {}, f"after committing {committed[-12:]} (ngram {ngram})")
 
-        yield Case(f"random{seed:03d}", "LazyTrie", run)
+    yield from _seeded(40, "LazyTrie", run)
 
 
 # ======================================================================================
@@ -600,22 +600,20 @@ def _named_04(mod: ModuleType) -> CaseIter:
 
 
 def _random_04(mod: ModuleType) -> CaseIter:
-    for seed in range(40):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            capacity = rnd.randint(1, 12)
-            lru, model, ops = mod.LruList(capacity), [], []
-            for _ in range(200):
-                op = "touch" if rnd.random() < 0.65 else "remove"
-                slot = rnd.randrange(capacity)
-                ops.append((op, slot))
-                last = _apply_lru(lru, model, op, slot)
-                _check_lru(lru, model, capacity, f"capacity {capacity}, after ...{ops[-8:]}", last)
-                probe = rnd.randrange(capacity)
-                expect(probe in lru, probe in model, f"capacity {capacity}, after ...{ops[-8:]}: {probe} in lru",
-                       "04.membership")
+    def run(rnd: random.Random) -> None:
+        capacity = rnd.randint(1, 12)
+        lru, model, ops = mod.LruList(capacity), [], []
+        for _ in range(200):
+            op = "touch" if rnd.random() < 0.65 else "remove"
+            slot = rnd.randrange(capacity)
+            ops.append((op, slot))
+            last = _apply_lru(lru, model, op, slot)
+            _check_lru(lru, model, capacity, f"capacity {capacity}, after ...{ops[-8:]}", last)
+            probe = rnd.randrange(capacity)
+            expect(probe in lru, probe in model, f"capacity {capacity}, after ...{ops[-8:]}: {probe} in lru",
+                   "04.membership")
 
-        yield Case(f"random{seed:03d}", "LruList", run)
+    yield from _seeded(40, "LruList", run)
 
     def scale() -> str:
         # 300,000 operations on 100,000 slots: about a second when each is O(1).
@@ -692,26 +690,24 @@ def _random_05(mod: ModuleType) -> CaseIter:
 
     CopyLogitTable = _reference("CopyLogitTable")
 
-    for seed in range(60):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(1, 12)
-            k = rnd.randint(1, vocab)
-            table, core, calls = mod.CopyLogitTable(vocab, k), CopyLogitTable(vocab, k), []
-            for _ in range(rnd.randint(1, 4)):
-                n, width = rnd.randint(0, 6), rnd.randint(k, vocab)
-                ids = [rnd.randrange(vocab) for _ in range(n)]
-                topk = [[rnd.randrange(vocab) for _ in range(width)] for _ in range(n)]
-                calls.append((ids, topk))
-                table.observe(ids, topk)
-                core.observe(np.array(ids, dtype=np.int64), np.array(topk, dtype=np.int64).reshape(n, width))
-                for v in range(vocab):
-                    got, want = list(table.row(v)), core.row(v)
-                    if got != want:
-                        raise _row_mistake(table, v, got, want, calls, k, vocab,
-                                           f"vocab_size {vocab}, k {k}, after observe calls {calls}: row({v})")
+    def run(rnd: random.Random) -> None:
+        vocab = rnd.randint(1, 12)
+        k = rnd.randint(1, vocab)
+        table, core, calls = mod.CopyLogitTable(vocab, k), CopyLogitTable(vocab, k), []
+        for _ in range(rnd.randint(1, 4)):
+            n, width = rnd.randint(0, 6), rnd.randint(k, vocab)
+            ids = [rnd.randrange(vocab) for _ in range(n)]
+            topk = [[rnd.randrange(vocab) for _ in range(width)] for _ in range(n)]
+            calls.append((ids, topk))
+            table.observe(ids, topk)
+            core.observe(np.array(ids, dtype=np.int64), np.array(topk, dtype=np.int64).reshape(n, width))
+            for v in range(vocab):
+                got, want = list(table.row(v)), core.row(v)
+                if got != want:
+                    raise _row_mistake(table, v, got, want, calls, k, vocab,
+                                       f"vocab_size {vocab}, k {k}, after observe calls {calls}: row({v})")
 
-        yield Case(f"random{seed:03d}", "CopyLogitTable", run)
+    yield from _seeded(60, "CopyLogitTable", run)
 
 
 # ======================================================================================
@@ -810,96 +806,82 @@ def _named_06(mod: ModuleType) -> CaseIter:
     for case in LOGITS_TREE_CASES:
         if case.root_topk is not None:
             continue  # last-logit mode is not part of the exercise
-
-        def run(case=case) -> None:
-            what = f"logits_tree(root={case.root}, capacity={case.capacity}, rows={case.rows}, k={case.k})"
-            if len(case.rows) > 12:
-                what = f"logits_tree(root=0, capacity={case.capacity}, k={case.k}, all tokens distinct)"
-            tokens, parents = _as_lists(mod.logits_tree(case.root, case.capacity, case.rows, case.k), 2, what,
-                                        "06.parents_order")
-            core = _core_tree(case.root, case.capacity, (), case.rows, case.vocab_size, case.k)
-            want = (core.tokens.tolist(), core.parents.tolist())
-
-            def named() -> None:
-                if "per_depth" in case.expect:
-                    depths = [0] * len(parents)
-                    for i in range(1, len(parents)):
-                        depths[i] = depths[parents[i]] + 1
-                    per_depth = [depths.count(d) for d in range(max(depths) + 1)]
-                    expect(per_depth, case.expect["per_depth"], f"{what}: nodes per depth")
-                for name, got in (("tokens", tokens), ("parents", parents)):
-                    if name in case.expect:
-                        expect(got, case.expect[name], f"{what}: {name}")
-
-            _diagnosed(named, lambda: _tree_mistake("06", (tokens, parents), want, case.capacity, what))
-            if (tokens, parents) != want:
-                raise _tree_mistake("06", (tokens, parents), want, case.capacity, f"{what}: (tokens, parents)")
-
-        yield Case(case.name, "logits_tree", run)
+        what = f"logits_tree(root={case.root}, capacity={case.capacity}, rows={case.rows}, k={case.k})"
+        if len(case.rows) > 12:
+            what = f"logits_tree(root=0, capacity={case.capacity}, k={case.k}, all tokens distinct)"
+        yield Case(case.name, "logits_tree", lambda case=case, what=what: _tree_case(
+            mod, "06", case.root, case.capacity, (), case.rows, case.vocab_size, case.k, case.expect, what))
 
 
 def _random_06(mod: ModuleType) -> CaseIter:
-    for seed in range(300):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(1, 10)
-            k = rnd.randint(1, min(vocab, 4))
-            rows = _random_rows(rnd, vocab, k)
-            root, capacity = rnd.randrange(vocab), rnd.randint(1, 40)
-            what = f"logits_tree(root={root}, capacity={capacity}, rows={rows}, k={k})"
-            got = _as_lists(mod.logits_tree(root, capacity, rows, k), 2, what, "06.parents_order")
-            core = _core_tree(root, capacity, (), rows, vocab, k)
-            want = (core.tokens.tolist(), core.parents.tolist())
-            if tuple(got) != want:
-                raise _tree_mistake("06", (got[0], got[1]), want, capacity, f"{what}: (tokens, parents)")
+    def run(rnd: random.Random) -> None:
+        vocab = rnd.randint(1, 10)
+        k = rnd.randint(1, min(vocab, 4))
+        rows = _random_rows(rnd, vocab, k)
+        root, capacity = rnd.randrange(vocab), rnd.randint(1, 40)
+        _tree_case(mod, "06", root, capacity, (), rows, vocab, k, {},
+                   f"logits_tree(root={root}, capacity={capacity}, rows={rows}, k={k})")
 
-        yield Case(f"random{seed:03d}", "logits_tree", run)
+    yield from _seeded(300, "logits_tree", run)
 
 
-def _draft_case(mod: ModuleType, root, capacity, paths, rows, vocab, k, want: Dict[str, list]) -> None:
-    rows = rows or {}
-    what = f"draft_tree(root={root}, capacity={capacity}, retrieval_paths={[list(p) for p in paths]}, rows={rows}, k={k})"
-    tokens, parents, sources = _as_lists(mod.draft_tree(root, capacity, [list(p) for p in paths], rows, k), 3, what,
-                                         "07.parents_order")
-    core = _core_tree(root, capacity, paths, rows or None, vocab, k)
+def _tree_case(mod: ModuleType, number: str, root, capacity, paths, rows, vocab, k, want: Dict[str, list],
+               what: str = "") -> None:
+    """One case of exercise 06 (``logits_tree``, no ``paths``) or 07 (``draft_tree``): the hand-checked
+    values of ``want`` first, then the core's tree (and in 07 its sources)."""
+    if number == "06":
+        got = _as_lists(mod.logits_tree(root, capacity, rows, k), 2, what, "06.parents_order")
+        core = _core_tree(root, capacity, (), rows, vocab, k)
+    else:
+        rows = rows or {}
+        what = (f"draft_tree(root={root}, capacity={capacity}, retrieval_paths={[list(p) for p in paths]}, "
+                f"rows={rows}, k={k})")
+        got = _as_lists(mod.draft_tree(root, capacity, [list(p) for p in paths], rows, k), 3, what,
+                        "07.parents_order")
+        core = _core_tree(root, capacity, paths, rows or None, vocab, k)
+    tokens, parents = got[0], got[1]
     core_tp = (core.tokens.tolist(), core.parents.tolist())
 
     def diagnose() -> Mismatch:
-        if (tokens, parents) == core_tp:
-            return Mismatch(f"{what}: sources = {sources}, expected {core.sources.tolist()}", "07.sources")
-        return _tree_mistake("07", (tokens, parents), core_tp, capacity, what, paths)
+        if number == "07" and (tokens, parents) == core_tp:
+            return Mismatch(f"{what}: sources = {got[2]}, expected {core.sources.tolist()}", "07.sources")
+        return _tree_mistake(number, (tokens, parents), core_tp, capacity, what, paths)
 
     def named() -> None:
-        for name, got in (("tokens", tokens), ("parents", parents), ("sources", sources)):
+        if number == "06" and "per_depth" in want:
+            depths = [0] * len(parents)
+            for i in range(1, len(parents)):
+                depths[i] = depths[parents[i]] + 1
+            expect([depths.count(d) for d in range(max(depths) + 1)], want["per_depth"], f"{what}: nodes per depth")
+        for name, value in zip(("tokens", "parents", "sources"), got):  # (06 has no sources)
             if name in want:
-                expect(got, want[name], f"{what}: {name}")
+                expect(value, want[name], f"{what}: {name}")
 
     _diagnosed(named, diagnose)
     if (tokens, parents) != core_tp:
-        raise _tree_mistake("07", (tokens, parents), core_tp, capacity, f"{what}: (tokens, parents)", paths)
-    expect(sources, core.sources.tolist(), f"{what}: sources", "07.sources")
+        raise _tree_mistake(number, (tokens, parents), core_tp, capacity, f"{what}: (tokens, parents)", paths)
+    if number == "07":
+        expect(got[2], core.sources.tolist(), f"{what}: sources", "07.sources")
 
 
 def _named_07(mod: ModuleType) -> CaseIter:
     from racer_ref.course.cases.trees import DRAFT_TREE_CASES, LOGITS_TREE_CASES
 
     for case in DRAFT_TREE_CASES + [c for c in LOGITS_TREE_CASES if c.root_topk is None and len(c.rows) <= 12]:
-        yield Case(case.name, "draft_tree", lambda case=case: _draft_case(
-            mod, case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.expect))
+        yield Case(case.name, "draft_tree", lambda case=case: _tree_case(
+            mod, "07", case.root, case.capacity, case.paths, case.rows, case.vocab_size, case.k, case.expect))
 
 
 def _random_07(mod: ModuleType) -> CaseIter:
-    for seed in range(300):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(2, 10)
-            k = rnd.randint(1, min(vocab, 4))
-            root, capacity = rnd.randrange(vocab), rnd.randint(1, 24)
-            paths = [[root] + [rnd.randrange(vocab) for _ in range(rnd.randint(0, 4))]
-                     for _ in range(rnd.randint(0, 4))]
-            _draft_case(mod, root, capacity, paths, _random_rows(rnd, vocab, k), vocab, k, {})
+    def run(rnd: random.Random) -> None:
+        vocab = rnd.randint(2, 10)
+        k = rnd.randint(1, min(vocab, 4))
+        root, capacity = rnd.randrange(vocab), rnd.randint(1, 24)
+        paths = [[root] + [rnd.randrange(vocab) for _ in range(rnd.randint(0, 4))]
+                 for _ in range(rnd.randint(0, 4))]
+        _tree_case(mod, "07", root, capacity, paths, _random_rows(rnd, vocab, k), vocab, k, {})
 
-        yield Case(f"random{seed:03d}", "draft_tree", run)
+    yield from _seeded(300, "draft_tree", run)
 
 
 def _mask_mistake(got: Any, want: List[List[bool]], parents: List[int], what: str) -> Optional[Mismatch]:
@@ -1051,9 +1033,12 @@ def _verify_accept(predicted, tokens, parents) -> Tuple[List[int], int]:
     return [int(u) for u in accepted], int(next_root)
 
 
-def _accept_case(mod: ModuleType, predicted, tokens, parents) -> None:
-    want = _reference("accept_greedy")(list(predicted), list(tokens), list(parents))
+def _accept_case(mod: ModuleType, predicted, tokens, parents, named: Optional[Tuple[List[int], int]] = None) -> None:
+    """The student's walk against the hand-checked ``named`` (accepted, next_root) if given, then the reference's."""
     what = f"accept_greedy(predicted={list(predicted)}, tokens={list(tokens)}, parents={list(parents)})"
+    if named is not None:
+        _expect_accept(_student_accept(mod, predicted, tokens, parents, what), named, parents, what)
+    want = _reference("accept_greedy")(list(predicted), list(tokens), list(parents))
     _expect_accept(_student_accept(mod, predicted, tokens, parents, what), (want[0], want[1]), parents, what)
 
 
@@ -1061,29 +1046,22 @@ def _named_09(mod: ModuleType) -> CaseIter:
     from racer_ref.course.cases.trees import ACCEPT_CASES
 
     for case in ACCEPT_CASES:
-        def run(case=case) -> None:
-            what = f"accept_greedy(predicted={list(case.predicted)}, tokens={list(case.tokens)}, parents={list(case.parents)})"
-            got = _student_accept(mod, case.predicted, case.tokens, case.parents, what)
-            _expect_accept(got, (list(case.accepted), case.next_root), case.parents, what)
-            _accept_case(mod, case.predicted, case.tokens, case.parents)
-
-        yield Case(case.name, "accept_greedy", run)
+        yield Case(case.name, "accept_greedy", lambda case=case: _accept_case(
+            mod, case.predicted, case.tokens, case.parents, (list(case.accepted), case.next_root)))
 
 
 def _random_09(mod: ModuleType) -> CaseIter:
-    for seed in range(200):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(2, 6)
-            k = rnd.randint(1, min(vocab, 3))
-            tree = _core_tree(rnd.randrange(vocab), rnd.randint(1, 20), (), _random_rows(rnd, vocab, k), vocab, k)
-            tokens = tree.tokens.tolist()
-            # Mostly predict a child's token, so that paths get accepted.
-            predicted = [rnd.choice([tokens[c] for c in range(len(tokens)) if tree.parents[c] == u] or [vocab])
-                         if rnd.random() < 0.8 else rnd.randrange(vocab + 1) for u in range(len(tokens))]
-            _accept_case(mod, predicted, tokens, tree.parents.tolist())
+    def run(rnd: random.Random) -> None:
+        vocab = rnd.randint(2, 6)
+        k = rnd.randint(1, min(vocab, 3))
+        tree = _core_tree(rnd.randrange(vocab), rnd.randint(1, 20), (), _random_rows(rnd, vocab, k), vocab, k)
+        tokens = tree.tokens.tolist()
+        # Mostly predict a child's token, so that paths get accepted.
+        predicted = [rnd.choice([tokens[c] for c in range(len(tokens)) if tree.parents[c] == u] or [vocab])
+                     if rnd.random() < 0.8 else rnd.randrange(vocab + 1) for u in range(len(tokens))]
+        _accept_case(mod, predicted, tokens, tree.parents.tolist())
 
-        yield Case(f"random{seed:03d}", "accept_greedy", run)
+    yield from _seeded(200, "accept_greedy", run)
 
 
 def _verify_keep(keys, past_length: int, accepted: Sequence[int]):
@@ -1135,19 +1113,17 @@ def _named_10(mod: ModuleType) -> CaseIter:
 
 
 def _random_10(mod: ModuleType) -> CaseIter:
-    for seed in range(100):
-        def run(seed=seed) -> None:
-            rnd = random.Random(seed)
-            vocab = rnd.randint(2, 6)
-            tree = _core_tree(rnd.randrange(vocab), rnd.randint(1, 20), (), _random_rows(rnd, vocab, 2 if vocab > 1 else 1), vocab, min(2, vocab))
-            # A random root-to-node path of the tree.
-            node, path = rnd.randrange(len(tree)), []
-            while node >= 0:
-                path.append(node)
-                node = int(tree.parents[node])
-            _compact_case(mod, rnd.randint(0, 9), len(tree), path[::-1], None)
+    def run(rnd: random.Random) -> None:
+        vocab = rnd.randint(2, 6)
+        tree = _core_tree(rnd.randrange(vocab), rnd.randint(1, 20), (), _random_rows(rnd, vocab, 2 if vocab > 1 else 1), vocab, min(2, vocab))
+        # A random root-to-node path of the tree.
+        node, path = rnd.randrange(len(tree)), []
+        while node >= 0:
+            path.append(node)
+            node = int(tree.parents[node])
+        _compact_case(mod, rnd.randint(0, 9), len(tree), path[::-1], None)
 
-        yield Case(f"random{seed:03d}", "keep_accepted", run)
+    yield from _seeded(100, "keep_accepted", run)
 
 
 EXERCISES: Dict[str, Exercise] = {
@@ -1277,10 +1253,14 @@ def import_error(path: Path) -> str:
     if isinstance(error, TooSlow):
         return f"{path} does not import: importing it is {error} (an endless loop at the top level?)"
     # The frames in the student's file (not the import machinery's), then the error.
-    mine = path.resolve()
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
-    lines = traceback.format_list(frames[-3:]) + traceback.format_exception_only(kind, error)
+    lines = _in_file(error, path.resolve()) or traceback.format_exception_only(kind, error)
     return f"{path} does not import:\n" + "".join(lines).rstrip()
+
+
+def _in_file(error: BaseException, mine: Path) -> List[str]:
+    """The last 3 frames of ``error``'s traceback in the file ``mine``, then the error; [] without any."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
+    return traceback.format_list(frames[-3:]) + traceback.format_exception_only(type(error), error) if frames else []
 
 
 def exercise_of(path: Path, source: str = "", forced: Optional[str] = None) -> Exercise:
@@ -1369,11 +1349,10 @@ def _run_case(case: Case, mine: Path) -> Tuple[Optional[Failure], Optional[str]]
     except Mismatch as mismatch:
         return Failure(case.name, str(mismatch), mismatch.kind or "raised", mismatch.detail), None
     except Exception as error:
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == mine]
-        if not frames:  # raised in the checker, using what the student's code returned
+        tb = _in_file(error, mine)
+        if not tb:  # raised in the checker, using what the student's code returned
             return Failure(case.name, f"what your code returned cannot be used: {type(error).__name__}: {error}",
                            "returned"), None
-        tb = traceback.format_list(frames[-3:]) + traceback.format_exception_only(type(error), error)
         return Failure(case.name, f"your code raised an exception: {type(error).__name__}: {error}",
                        "raised", traceback="".join(tb).rstrip().splitlines()), None
 

@@ -98,6 +98,10 @@ class _Store:
             raise NotRecorded(f"this handout holds no recorded answer for {what}: a bug of the handout, "
                               "tell your teacher") from None
 
+    def answer(self, name: str, key: str, what: str, real: Optional[Callable[[], Any]]) -> Any:
+        """``real()``, recorded under ``name`` and ``key``; replaying (``real`` None), the recorded answer."""
+        return self.get(name, key, what) if real is None else self.put(name, key, real())
+
 
 # --------------------------------------------------------------------------------------
 # The objects the checker gets: recording (around the real reference) or replaying.
@@ -118,11 +122,9 @@ class _Automaton:
             self._real.extend(tokens)
 
     def _answer(self, method: str) -> Any:
-        key = _key(self._args, self._chunks)
-        if self._real is not None:
-            return self._store.put(f"Automaton.{method}", key, getattr(self._real, method)())
-        return self._store.get(f"Automaton.{method}", key,
-                               f"Automaton{tuple(self._args)}.{method}() after extend{self._chunks}")
+        return self._store.answer(f"Automaton.{method}", _key(self._args, self._chunks),
+                                  f"Automaton{tuple(self._args)}.{method}() after extend{self._chunks}",
+                                  None if self._real is None else getattr(self._real, method))
 
     def stats(self) -> Dict[str, Any]:
         return dict(self._answer("stats"))
@@ -148,10 +150,8 @@ class _CopyLogitTable:
         return [self._args, self._observed]
 
     def row(self, token: int) -> List[int]:
-        key = _key(self.key, int(token))
-        if self._real is not None:
-            return list(self._store.put("CopyLogitTable.row", key, list(self._real.row(token))))
-        return list(self._store.get("CopyLogitTable.row", key, f"CopyLogitTable.row({token})"))
+        return list(self._store.answer("CopyLogitTable.row", _key(self.key, int(token)), f"CopyLogitTable.row({token})",
+                                       None if self._real is None else lambda: list(self._real.row(token))))
 
 
 class RecordedTree:
@@ -215,35 +215,31 @@ class _Reference:
 
     def _build_draft_tree(self) -> Callable[..., RecordedTree]:
         def build(root: int, capacity: int, paths: Any, table: Optional[_CopyLogitTable], topk: Any) -> RecordedTree:
-            key = _key(root, capacity, paths, None if table is None else table.key, topk)
-            if self.real is None:
-                what = f"build_draft_tree(root={root}, capacity={capacity}, paths={_plain(paths)}, ...)"
-                return RecordedTree.from_plain(self.store.get("build_draft_tree", key, what))
-            real_table = None if table is None else table._real
-            tree = self.real("build_draft_tree")(root, capacity, paths, real_table, topk)
-            if not hasattr(tree, "tokens"):  # the core returns its arrays
-                tree = self.real("DraftTree")(*tree)
-            self.store.put("build_draft_tree", key, _tree_plain(tree))
-            return RecordedTree.from_plain(_tree_plain(tree))
+            def real() -> Dict[str, Any]:
+                tree = self.real("build_draft_tree")(root, capacity, paths, None if table is None else table._real, topk)
+                return _tree_plain(tree if hasattr(tree, "tokens") else self.real("DraftTree")(*tree))  # (the core: arrays)
+
+            return RecordedTree.from_plain(self.store.answer(
+                "build_draft_tree", _key(root, capacity, paths, None if table is None else table.key, topk),
+                f"build_draft_tree(root={root}, capacity={capacity}, paths={_plain(paths)}, ...)", self.real and real))
         return build
 
     def _child_breadth(self) -> Callable[[int, int, bool], int]:
         def breadth(b: int, j: int, parent_is_root: bool) -> int:
-            key = _key(b, j, bool(parent_is_root))
-            if self.real is None:
-                return self.store.get("child_breadth", key, f"child_breadth({b}, {j}, {parent_is_root})")
-            return self.store.put("child_breadth", key, int(self.real("child_breadth")(b, j, parent_is_root)))
+            return self.store.answer("child_breadth", _key(b, j, bool(parent_is_root)),
+                                     f"child_breadth({b}, {j}, {parent_is_root})",
+                                     self.real and (lambda: int(self.real("child_breadth")(b, j, parent_is_root))))
         return breadth
 
     def _accept_greedy(self) -> Callable[..., Any]:
         def accept(predicted: Sequence[int], tokens: Sequence[int], parents: Sequence[int]) -> Any:
-            key = _key(predicted, tokens, parents)
-            if self.real is None:
-                accepted, next_root = self.store.get("accept_greedy", key,
-                                                     f"accept_greedy({list(predicted)}, {list(tokens)}, {list(parents)})")
-                return list(accepted), int(next_root)
-            accepted, next_root = self.real("accept_greedy")(predicted, tokens, parents)
-            self.store.put("accept_greedy", key, [list(accepted), int(next_root)])
+            def real() -> List[Any]:
+                accepted, next_root = self.real("accept_greedy")(predicted, tokens, parents)
+                return [list(accepted), int(next_root)]
+
+            accepted, next_root = self.store.answer("accept_greedy", _key(predicted, tokens, parents),
+                                                    f"accept_greedy({list(predicted)}, {list(tokens)}, {list(parents)})",
+                                                    self.real and real)
             return list(accepted), int(next_root)
         return accept
 
@@ -251,15 +247,13 @@ class _Reference:
         def keep(keys: Any, past_length: int, accepted: Sequence[int]) -> Any:
             import torch
 
-            key = _key(list(keys.shape), past_length, list(accepted))
-            if self.real is None:
-                slots = self.store.get("keep_accepted", key,
-                                       f"keep_accepted(shape {tuple(keys.shape)}, {past_length}, {list(accepted)})")
-            else:  # which slots survive: keep_accepted on keys whose slot s holds s
-                total = keys.shape[2]
-                probe = torch.arange(total, dtype=torch.float64)[None, None, :, None]
-                slots = self.real("keep_accepted")(probe, past_length, list(accepted))[0, 0, :, 0].long().tolist()
-                self.store.put("keep_accepted", key, slots)
+            def real() -> List[int]:  # which slots survive: keep_accepted on keys whose slot s holds s
+                probe = torch.arange(keys.shape[2], dtype=torch.float64)[None, None, :, None]
+                return self.real("keep_accepted")(probe, past_length, list(accepted))[0, 0, :, 0].long().tolist()
+
+            slots = self.store.answer("keep_accepted", _key(list(keys.shape), past_length, list(accepted)),
+                                      f"keep_accepted(shape {tuple(keys.shape)}, {past_length}, {list(accepted)})",
+                                      self.real and real)
             return keys[:, :, torch.tensor(slots, dtype=torch.long)].clone()
         return keep
 

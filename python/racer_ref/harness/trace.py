@@ -22,6 +22,7 @@ Renderers:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -204,7 +205,7 @@ def save_trace(steps: Sequence[TraceStep], path: Union[str, Path], tokenizer: An
     if suffix == ".html":
         from rich.console import Console
 
-        console = Console(record=True, width=160, file=open(_devnull(), "w"))
+        console = Console(record=True, width=160, file=open(os.devnull, "w"))
         print_trace(steps, tokenizer, console=console, max_nodes=max_nodes)
         console.save_html(str(path), inline_styles=True)
         console.file.close()
@@ -219,12 +220,6 @@ def save_trace(steps: Sequence[TraceStep], path: Union[str, Path], tokenizer: An
     return path
 
 
-def _devnull() -> str:
-    import os
-
-    return os.devnull
-
-
 def draw_step(step: TraceStep, path: Union[str, Path], tokenizer: Any = None) -> None:
     """Draw one step's draft tree with matplotlib (Agg): depth left to right, one row per
     leaf, boxes coloured by source, the accepted path in thick green edges."""
@@ -236,27 +231,17 @@ def draw_step(step: TraceStep, path: Union[str, Path], tokenizer: Any = None) ->
     tree = step.tree
     kids = tree.children()
     # y of a leaf = its rank among leaves (DFS order); y of an inner node = mean of its children.
-    y: Dict[int, float] = {}
-    next_leaf = [0]
-
-    def place(node: int) -> float:
-        if not kids[node]:
-            y[node] = float(next_leaf[0])
-            next_leaf[0] += 1
-        else:
-            y[node] = float(np.mean([place(c) for c in kids[node]]))
-        return y[node]
-
-    import sys
-
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 4 * len(tree) + 100))
-    try:
-        place(0)
-    finally:
-        sys.setrecursionlimit(old)
+    order, stack = [], [0]
+    while stack:
+        order.append(stack.pop())
+        stack.extend(reversed(kids[order[-1]]))
+    leaves = [node for node in order if not kids[node]]
+    y = {node: float(rank) for rank, node in enumerate(leaves)}
+    for node in range(len(tree) - 1, -1, -1):  # a child comes after its parent: placed first
+        if kids[node]:
+            y[node] = float(np.mean([y[c] for c in kids[node]]))
     depth = tree.depths.tolist()
-    n_rows = max(1, next_leaf[0])
+    n_rows = max(1, len(leaves))
     fig_h = max(2.5, 0.28 * n_rows + 1.0)
     fig_w = max(4.0, 1.6 * (max(depth) + 1) + 1.0)
     fig, ax = plt.subplots(figsize=(fig_w, fig_h))
