@@ -1,4 +1,4 @@
-"""Compiled verify passes on a CPU (opt-in): ``torch.compile`` with inductor's weight freezing.
+"""Compiled verify passes on a CPU: inductor with the weights frozen, built once per machine.
 
 Why this exists
 ---------------
@@ -13,9 +13,11 @@ a 16-token pass 92 ms instead of 143 (stock transformers: 95 and 205).
 
 The price is compile time: inductor's Python lowering of ~210 matrix products takes about two
 minutes per pass size on two cores, and it is paid in every process (with frozen weights
-inductor's on-disk graph cache does not apply). That is why this is **opt-in**
-(``racer-ref ... --compile 1,16``, or :func:`compile_passes`): worth it for a benchmark or a
-long batch, not for a one-off ``generate``.
+inductor's on-disk graph cache does not apply). :func:`compile_passes` (``torch.compile``) pays it in
+every process; :func:`load_or_compile` pays it **once per machine**: it compiles each size
+ahead of time with AOTInductor into a package on disk (:mod:`racer_ref.speedups.compiled_cache`)
+that later processes load in seconds. ``racer-ref`` (``--compile auto``, the default) and the
+demo build or load sizes 1 and the capacity; ``racer_ref.generate`` loads what is cached.
 
 How it works
 ------------
@@ -395,3 +397,37 @@ def load_or_compile(model: Any, sizes: Sequence[int], build: bool = True,
     passes.calls = passes.fallbacks = 0
     fast.compiled = passes
     return passes
+
+
+def default_sizes(capacity: Any = None) -> List[int]:
+    """The pass sizes compiled by default: plain steps (1) and trees of up to ``capacity`` nodes
+    (an int; otherwise the CPU default capacity, 16)."""
+    from racer_ref.decoding import DEFAULT_CPU_CAPACITY
+
+    big = capacity if isinstance(capacity, int) and not isinstance(capacity, bool) and 1 <= capacity <= 1024 \
+        else DEFAULT_CPU_CAPACITY
+    return sorted({1, int(big)})
+
+
+def compile_by_default(model: Any, capacity: Any = None, build: bool = True,
+                       progress: Optional[Callable[[str], None]] = None) -> Optional[CompiledPasses]:
+    """What ``racer-ref`` (``--compile auto``, the default), the demo and ``racer_ref.generate``
+    do: :func:`load_or_compile` of :func:`default_sizes` on a real model the CPU fast path
+    prepared (a float32 model on the CPU with the direct forward and at least
+    :data:`racer_ref.speedups.cpu_kernels.DEFAULT_MIN_PARAMETERS` weights); anything else,
+    ``$RACER_REF_COMPILE=off`` or ``$RACER_REF_CPU_KERNELS=off`` is left on the eager path
+    silently. ``build=False`` (``generate()``) only loads what an earlier process built."""
+    from racer_ref.speedups.cpu_kernels import DEFAULT_MIN_PARAMETERS, FastForward, switched_off
+
+    if switched_off() or os.environ.get("RACER_REF_COMPILE", "").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    fast = model.__dict__.get("forward")
+    if not isinstance(fast, FastForward) or not fast.enabled:
+        return None
+    if fast.compiled is not None:
+        return fast.compiled
+    params = list(model.parameters())
+    if (any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params)
+            or sum(p.numel() for p in params) < DEFAULT_MIN_PARAMETERS):
+        return None
+    return load_or_compile(model, default_sizes(capacity), build=build, progress=progress)
