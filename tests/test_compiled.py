@@ -159,6 +159,7 @@ def test_cli_compile_argument():
     from racer_ref.app.cli import _compile_arg
 
     assert _compile_arg("off") is None
+    assert _compile_arg("auto") == "auto"
     assert _compile_arg("16,1,16") == [1, 16]
     for bad in ("", "0", "1,x", "2000", "-1"):
         with pytest.raises(argparse.ArgumentTypeError, match="pass sizes"):

@@ -67,19 +67,17 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any]:
     elif getattr(args, "cpu_kernels", None) == "off":
         model.racer_cpu_kernels_off = True  # generate() leaves the model as it is, as with $RACER_REF_CPU_KERNELS=off
     sizes = getattr(args, "compile", None)
-    if sizes:
-        from racer_ref.speedups.compiled import compile_passes
+    if sizes == "auto":  # load the compiled passes, built once per machine (racer_ref.speedups.compiled)
+        from racer_ref.speedups.compiled import compile_by_default
 
-        print(f"compiling passes of {', '.join(map(str, sizes))} tokens (about two minutes each) ...",
-              file=sys.stderr, flush=True)
-        try:
-            passes = compile_passes(model, sizes)
-        except ValueError as exc:  # checked before compiling: no fast path for this model
-            raise SystemExit(f"racer-ref {args.command}: error: --compile: {exc} (it needs a Llama-like "
-                             "float32 model on the CPU and --cpu-kernels auto)") from None
-        except Exception as exc:  # no C++ compiler, an inductor failure: say so, do not run slower silently
-            raise SystemExit(f"racer-ref {args.command}: error: --compile failed: {type(exc).__name__}: {exc}") from None
-        print(f"compiled in {sum(passes.compile_seconds.values()):.0f} s", file=sys.stderr, flush=True)
+        compile_by_default(model, getattr(args, "capacity", None))
+    elif sizes:
+        from racer_ref.speedups.compiled import load_or_compile
+
+        if load_or_compile(model, sizes) is None:
+            raise SystemExit(f"racer-ref {args.command}: error: --compile {','.join(map(str, sizes))}: no compiled "
+                             "passes (see the line above; it needs a Llama-like float32 model on the CPU and "
+                             "--cpu-kernels auto)")
     return model, tokenizer
 
 
@@ -116,13 +114,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="auto (default): on a CPU, time PyTorch's stock, oneDNN and MKL linear kernels on the model at "
                         "load and use the fastest per call shape, with a direct forward for Llama-like "
                         "models (racer_ref.speedups.cpu_kernels); off: PyTorch's stock path")
-    g.add_argument("--compile", default=None, type=_compile_arg, metavar="SIZES",
-                   help="on a CPU, compile the passes of these sizes (tokens, e.g. 1,16) with inductor, "
-                        "weights frozen (racer_ref.speedups.compiled): faster passes for about two "
-                        "minutes of compiling per size at start-up; a pass runs in the smallest "
-                        "compiled size that fits it; the default --capacity becomes the largest size "
-                        "(default: off)")
-
+    g.add_argument("--compile", default="auto", type=_compile_arg, metavar="SIZES",
+                   help="on a CPU, passes of these sizes (tokens, e.g. 1,16) compiled ahead of time by inductor, "
+                        "weights frozen (racer_ref.speedups.compiled): faster passes, built once per machine "
+                        "(about two minutes per size) and loaded in seconds after that; a pass runs in the "
+                        "smallest compiled size that fits it; the default --capacity becomes the largest size. "
+                        "auto (default): sizes 1 and the capacity on a real float32 model with the direct "
+                        "forward; off: the eager path")
 
 def _add_decoding_args(p: argparse.ArgumentParser, default_tokens: int) -> None:
     g = p.add_argument_group("decoding")
@@ -204,12 +202,14 @@ def _capacity_arg(text: str) -> Any:
 def _compile_arg(text: str) -> Any:
     if text.strip().lower() == "off":
         return None
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:
         sizes = []
     if not sizes or any(s < 1 or s > 1024 for s in sizes):
-        raise argparse.ArgumentTypeError(f"expected 'off' or comma-separated pass sizes in 1..1024 (e.g. 1,16), "
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'off' or comma-separated pass sizes in 1..1024 (e.g. 1,16), "
                                          f"got {text!r}")
     return sorted(set(sizes))
 

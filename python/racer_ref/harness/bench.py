@@ -144,6 +144,7 @@ class RunOutput:
     wall_s: float
     capacity: Union[int, str, None]
     capacity_used: Optional[Dict[int, int]] = None
+    compiled_passes: int = 0  # passes that ran compiled (racer_ref.speedups.compiled)
 
 
 class MethodRunner:
@@ -456,12 +457,20 @@ def conversation_turns(runner: "MethodRunner", tokenizer: Any, prompt: Prompt, m
             for method in method_order(methods, order_start + t + rep):
                 if before_run is not None:
                     before_run(t + 1, method)
+                before = _compiled_calls(runner.model)
                 o = runner.run(method, ids, max_new_tokens=max_new_tokens, seed=seed + t)
+                o.compiled_passes = _compiled_calls(runner.model) - before  # passes run compiled
                 walls[method].append(o.wall_s)
                 outputs.setdefault(method, o)
         yield t + 1, ids, outputs, walls
         if t + 1 < n_turns:
             answers.append(answer_text(tokenizer, outputs[context_method].result.token_ids))
+
+
+def _compiled_calls(model: Any) -> int:
+    """How many passes the model's compiled passes (racer_ref.speedups.compiled) have run."""
+    compiled = getattr(getattr(model, "__dict__", {}).get("forward"), "compiled", None)
+    return int(compiled.calls) if compiled is not None else 0
 
 
 def run_bench(
@@ -620,6 +629,7 @@ def run_bench(
                         "context_from": context_method if turn > 1 else None,
                         "context_is_own_answer": own[method] if turn > 1 and greedy else None,
                         "capacity": o.capacity,
+                        "compiled_passes": o.compiled_passes,  # > 0: compiled passes were used
                         "capacity_used": {str(k): v for k, v in o.capacity_used.items()} if o.capacity_used else None,
                         "stop_reason": getattr(r, "stop_reason", None),
                         "timings": {k: round(float(v), 6) for k, v in (r.timings or {}).items()},
@@ -644,6 +654,8 @@ def run_bench(
         from racer_ref.speedups.cpu_kernels import kernels_report
 
         info["cpu_kernels"] = kernels_report(runner.model)  # again: the compiled passes' call counts
+    info["compiled_passes_by_method"] = {m: sum(r["compiled_passes"] for r in rows if r["method"] == m) > 0
+                                         for m in methods}  # whether each method ran compiled passes
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     summarize(out, plots=plots)
     return rows
@@ -719,6 +731,9 @@ def summarize(out_dir: Union[str, Path], plots: bool = True) -> str:
             + ("; direct forward" if kernels.get("fast_forward") else "")
             + (f"; compiled passes of {kernels['compiled_passes']['sizes']} tokens"
                if kernels.get("compiled_passes") else ""))
+    if meta.get("compiled_passes_by_method") is not None:
+        lines.append("- compiled passes used: " + ", ".join(
+            f"{m} {'yes' if used else 'no'}" for m, used in meta["compiled_passes_by_method"].items()))
     generations = len({(r["prompt_id"], r.get("turn", 1)) for r in rows})
     lines.append(f"- prompts: {len(set(r['prompt_id'] for r in rows))}; generations (prompt, turn): "
                  f"{generations}; runs: {len(rows)}")

@@ -15,10 +15,11 @@ part of a step cheaper and says where it plugs in:
   oneDNN prepacked, MKL packed) timed on the loaded model and chosen per call shape, and a
   direct forward for Llama-like models without transformers' per-layer overhead. Plugs in on
   the model (``speed_up_model(model)``, ``racer-ref --cpu-kernels``), with the KV cache above.
-* :mod:`racer_ref.speedups.compiled`: on a CPU, opt-in, the passes of chosen sizes compiled
-  by inductor with the weights frozen (its own C++ matrix kernels); minutes to compile at
-  start-up. Plugs in on the direct forward (``compile_passes(model, sizes)``,
-  ``racer-ref --compile``).
+* :mod:`racer_ref.speedups.compiled`: on a CPU, the passes of chosen sizes compiled by
+  inductor with the weights frozen (its own C++ matrix kernels), built once per machine with
+  AOTInductor (:mod:`racer_ref.speedups.compiled_cache`: a few minutes the first time, seconds
+  to load after). Plugs in on the direct forward (``load_or_compile(model, sizes)``,
+  ``racer-ref --compile auto``, the default; ``racer_ref.generate`` loads what is cached).
 * :mod:`racer_ref.speedups.capacity`: ``--capacity auto``, a drafter wrapper that picks the
   draft-tree capacity giving the most tokens per second. Plugs in as the ``drafter=``
   argument of ``generate()`` (it wraps a ``racer_ref.Drafter``).

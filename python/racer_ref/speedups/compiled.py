@@ -1,4 +1,4 @@
-"""Compiled verify passes on a CPU (opt-in): ``torch.compile`` with inductor's weight freezing.
+"""Compiled verify passes on a CPU: inductor with the weights frozen, built once per machine.
 
 Why this exists
 ---------------
@@ -13,9 +13,11 @@ a 16-token pass 92 ms instead of 143 (stock transformers: 95 and 205).
 
 The price is compile time: inductor's Python lowering of ~210 matrix products takes about two
 minutes per pass size on two cores, and it is paid in every process (with frozen weights
-inductor's on-disk graph cache does not apply). That is why this is **opt-in**
-(``racer-ref ... --compile 1,16``, or :func:`compile_passes`): worth it for a benchmark or a
-long batch, not for a one-off ``generate``.
+inductor's on-disk graph cache does not apply). :func:`compile_passes` (``torch.compile``) pays it in
+every process; :func:`load_or_compile` pays it **once per machine**: it compiles each size
+ahead of time with AOTInductor into a package on disk (:mod:`racer_ref.speedups.compiled_cache`)
+that later processes load in seconds. ``racer-ref`` (``--compile auto``, the default) and the
+demo build or load sizes 1 and the capacity; ``racer_ref.generate`` loads what is cached.
 
 How it works
 ------------
@@ -39,8 +41,9 @@ weights are snapshots: after changing the model's weights, call :meth:`CompiledP
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +116,13 @@ class CompiledPasses:
         self.fast = fast
         self.module = _Passes(fast).eval()
         self.compiled = None
+        #: ``{size: runner}``: the AOTInductor packages loaded from the on-disk cache
+        #: (:mod:`racer_ref.speedups.compiled_cache`); sizes not in it use :attr:`compiled`.
+        self.runners: Dict[int, Any] = {}
+        #: ``{size: folder}`` of the cache entries in use.
+        self.cache_dirs: Dict[int, str] = {}
+        #: ``"torch.compile"`` (:func:`compile_passes`) or ``"aoti-cache"`` (:func:`load_or_compile`).
+        self.source = "torch.compile"
         self.sizes: List[int] = []
         self.compile_seconds: Dict[int, float] = {}
         self.max_rel_error: Dict[int, float] = {}
@@ -130,6 +140,26 @@ class CompiledPasses:
             if size >= rows:
                 return size
         return None
+
+    def example_inputs(self, size: int) -> Any:
+        """``(ids, cos, sin)`` of a pass of ``size`` rows, as :meth:`run` gives the graph."""
+        positions = torch.arange(5, 5 + size)[None]
+        ids = torch.zeros(1, size, dtype=torch.long)
+        cos, sin = self.fast.rotary(self.fast.embed.weight[:1, None], positions)
+        return ids, cos[:, None].contiguous(), sin[:, None].contiguous()
+
+    def check_runner(self, runner: Any, size: int) -> float:
+        """The relative error of ``runner``'s logits (a pass of ``size`` rows) against the eager
+        path's (what a loaded package must pass before use)."""
+        saved = self.runners.get(size)
+        self.runners[size] = runner
+        try:
+            return _check(self, size)
+        finally:
+            if saved is None:
+                del self.runners[size]
+            else:
+                self.runners[size] = saved
 
     def run(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: Optional[torch.Tensor],
             cache: Any, size: int, may_compile: bool = False) -> Optional[torch.Tensor]:
@@ -157,7 +187,11 @@ class CompiledPasses:
                 dummy = self.fast.embed.weight[:1, None]  # (1, 1, hidden): rotary reads its dtype/device
                 cos, sin = self.fast.rotary(dummy, positions)  # (1, size, head_dim) each
                 _CALL.update(cache=cache, mask=mask, rows=rows, scale=self.scale, gqa=self.gqa)
-                logits = self.compiled(ids.clone(), cos[:, None], sin[:, None])
+                runner = self.runners.get(size)
+                if runner is not None:  # an AOTInductor package: fixed shapes, never recompiles
+                    logits = runner(ids, cos[:, None].contiguous(), sin[:, None].contiguous())
+                else:
+                    logits = self.compiled(ids.clone(), cos[:, None], sin[:, None])
         except RuntimeError as exc:  # raised before the graph runs: nothing computed
             if "Detected recompile" not in str(exc):
                 raise
@@ -174,12 +208,14 @@ class CompiledPasses:
         return {"sizes": list(self.sizes), "compile_seconds": {str(s): round(t, 1) for s, t in self.compile_seconds.items()},
                 "max_rel_error": {str(s): e for s, e in self.max_rel_error.items()},
                 "calls": self.calls, "fallbacks": self.fallbacks, "enabled": self.enabled,
-                "torch_threads": self.threads}
+                "torch_threads": self.threads, "source": self.source,
+                "cache_dirs": {str(s): d for s, d in self.cache_dirs.items()}}
 
     def restore(self) -> None:
         """Stop using the compiled graphs (the model's eager fast path takes every call)."""
         self.enabled = False
         self.compiled = None
+        self.runners = {}
         self.sizes = []
         if getattr(self.fast, "compiled", None) is self:
             self.fast.compiled = None
@@ -286,3 +322,112 @@ def compile_passes(model: Any, sizes: Sequence[int], autotune: bool = True) -> C
     passes.calls = passes.fallbacks = 0
     fast.compiled = passes
     return passes
+
+
+def _prepared(model: Any) -> Any:
+    """The model's :class:`FastForward`, or a ``ValueError`` saying why it cannot be compiled."""
+    from racer_ref.speedups.cpu_kernels import FastForward
+
+    fast = model.__dict__.get("forward")
+    if not isinstance(fast, FastForward):
+        raise ValueError("the model has no direct forward (speed_up_model or install_fast_forward first)")
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+        raise ValueError("the model is not float32 on the CPU")
+    return fast
+
+
+def load_or_compile(model: Any, sizes: Sequence[int], build: bool = True,
+                    progress: Optional[Callable[[str], None]] = None,
+                    autotune: bool = True) -> Optional[CompiledPasses]:
+    """The compiled passes of ``sizes`` rows, **built once per machine**: loaded from the
+    on-disk cache of :mod:`racer_ref.speedups.compiled_cache` (seconds), or, with ``build``,
+    compiled ahead of time with AOTInductor into it first (about two minutes per size on two
+    cores for SmolLM2-135M; a progress line says what is built and how long it took). Every
+    loaded size is checked against the eager path first (one pass); a stale or damaged entry is
+    rebuilt (``build``) or skipped.
+
+    Args:
+        model: a causal LM on the CPU, float32, with the direct forward installed
+            (``speed_up_model`` installs it).
+        sizes: pass sizes in rows (ints in 1..1024), e.g. ``(1, 16)``.
+        build: compile the sizes not in the cache; ``False`` only loads what is there.
+        progress: called with each progress line (default: printed on stderr).
+        autotune: as in :func:`compile_passes` (part of what is built, not of the key: leave
+            it ``True`` outside tests).
+
+    Returns:
+        the :class:`CompiledPasses` (also ``model.forward.compiled``) of the sizes that loaded
+        or built, or ``None`` when none did: then the model keeps the eager path and, unless
+        nothing was cached and ``build`` is ``False``, one progress line said why.
+
+    Raises:
+        ValueError: bad ``sizes``.
+    """
+    from racer_ref.speedups import compiled_cache
+
+    say = progress or compiled_cache.print_to_stderr
+    try:
+        wanted = sorted({int(s) for s in sizes})
+    except (TypeError, ValueError):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}") from None
+    if not wanted or any(s < 1 or s > 1024 for s in wanted) or any(isinstance(s, bool) for s in sizes):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}")
+    try:
+        fast = _prepared(model)
+    except ValueError as exc:
+        if build:
+            say(f"compiled passes: off, eager path ({exc})")
+        return None
+    if os.environ.get("RACER_REF_COMPILE", "").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    passes = CompiledPasses(fast)
+    passes.source = "aoti-cache"
+    try:
+        weights = compiled_cache.weights_hash(model)
+        for size in wanted:
+            runner = compiled_cache.load_or_build(passes, size, weights, build, say, autotune=autotune)
+            if runner is not None:
+                passes.runners[size] = runner
+    except Exception as exc:  # no C++ compiler, an export or inductor failure, an unwritable cache
+        say(f"compiled passes: off, eager path (the build failed: {type(exc).__name__}: {str(exc)[:300]})")
+        return None
+    if not passes.runners:
+        return None
+    passes.sizes = sorted(passes.runners)
+    passes.calls = passes.fallbacks = 0
+    fast.compiled = passes
+    return passes
+
+
+def default_sizes(capacity: Any = None) -> List[int]:
+    """The pass sizes compiled by default: plain steps (1) and trees of up to ``capacity`` nodes
+    (an int; otherwise the CPU default capacity, 16)."""
+    from racer_ref.decoding import DEFAULT_CPU_CAPACITY
+
+    big = capacity if isinstance(capacity, int) and not isinstance(capacity, bool) and 1 <= capacity <= 1024 \
+        else DEFAULT_CPU_CAPACITY
+    return sorted({1, int(big)})
+
+
+def compile_by_default(model: Any, capacity: Any = None, build: bool = True,
+                       progress: Optional[Callable[[str], None]] = None) -> Optional[CompiledPasses]:
+    """What ``racer-ref`` (``--compile auto``, the default), the demo and ``racer_ref.generate``
+    do: :func:`load_or_compile` of :func:`default_sizes` on a real model the CPU fast path
+    prepared (a float32 model on the CPU with the direct forward and at least
+    :data:`racer_ref.speedups.cpu_kernels.DEFAULT_MIN_PARAMETERS` weights); anything else,
+    ``$RACER_REF_COMPILE=off`` or ``$RACER_REF_CPU_KERNELS=off`` is left on the eager path
+    silently. ``build=False`` (``generate()``) only loads what an earlier process built."""
+    from racer_ref.speedups.cpu_kernels import DEFAULT_MIN_PARAMETERS, FastForward, switched_off
+
+    if switched_off() or os.environ.get("RACER_REF_COMPILE", "").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    fast = model.__dict__.get("forward")
+    if not isinstance(fast, FastForward) or not fast.enabled:
+        return None
+    if fast.compiled is not None:
+        return fast.compiled
+    params = list(model.parameters())
+    if (any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params)
+            or sum(p.numel() for p in params) < DEFAULT_MIN_PARAMETERS):
+        return None
+    return load_or_compile(model, default_sizes(capacity), build=build, progress=progress)

@@ -765,13 +765,22 @@ def speed_up_by_default(model: Any) -> Optional[CpuKernels]:
     if (not params or any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params)
             or sum(p.numel() for p in params) < DEFAULT_MIN_PARAMETERS):
         return None
+    log = logging.getLogger("racer_ref")
     handle = speed_up_model(model)
     fast = "a direct forward" if handle.fast_forward is not None else "the model's own forward"
-    logging.getLogger("racer_ref").warning(
-        "racer_ref.generate: the CPU fast path is on for this %s (%s; %s; measured in %.1f s, once per "
+    compiled = ""
+    if handle.fast_forward is not None:  # compiled passes an earlier process built (never built here)
+        from racer_ref.speedups.compiled import compile_by_default
+
+        passes = compile_by_default(model, build=False, progress=log.warning)
+        compiled = (f"; compiled passes of {passes.sizes} tokens from the cache" if passes is not None else
+                    "; no compiled passes cached (racer-ref generate, or racer_ref.speedups.compiled."
+                    "load_or_compile(model, (1, 16)), builds them once per machine)")
+    log.warning(
+        "racer_ref.generate: the CPU fast path is on for this %s (%s; %s%s; measured in %.1f s, once per "
         "model). model.generate now uses it too. RACER_REF_CPU_KERNELS=off, or "
         "model.racer_cpu_kernels_off = True before the first call, keeps PyTorch's stock path.",
-        type(model).__name__, handle.describe(), fast, handle.seconds)
+        type(model).__name__, handle.describe(), fast, compiled, handle.seconds)
     return handle
 
 

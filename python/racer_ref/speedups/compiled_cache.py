@@ -1,0 +1,262 @@
+"""Compiled CPU passes built once per machine: AOTInductor packages kept on disk.
+
+:func:`racer_ref.speedups.compiled.compile_passes` compiles with ``torch.compile`` in every
+process (about two minutes per pass size on two cores: with frozen weights neither the
+AOTAutograd cache nor inductor's graph cache applies). This module compiles each pass size
+*ahead of time* instead, with the same inductor options (weights frozen, C++ matrix kernels
+timed against ATen's), into an AOTInductor package (a ``.pt2`` zip holding a shared library
+with the packed weights inside), and keeps it under the project's cache folder::
+
+    $RACER_REF_CACHE/compiled/<key>/passes.pt2 + manifest.json    (default ~/.cache/racer-ref)
+
+A later process loads the package (``torch._inductor.aoti_load_package``, a second or two) and
+checks it before use. What a package depends on is in its key, so another model, dtype, pass
+size, torch version, CPU, thread count or version of this code gets a package of its own:
+
+- ``weights``: a BLAKE2 hash of every parameter's bytes, names and shapes (about a second for
+  SmolLM2-135M; after a fine-tune the key changes);
+- ``dtype``, ``size`` (rows), ``torch`` version, ``cpu`` (model name and
+  ``torch.backends.cpu.get_cpu_capability()``), ``threads`` (inductor writes the thread count
+  into its kernels), ``code`` (a hash of the sources that define the pass).
+
+Never loaded wrongly: a manifest that does not parse or whose fields differ from the wanted
+key, a package that does not load, or logits that differ from the eager path's by more than
+:data:`racer_ref.speedups.compiled.TOLERANCE` on one random pass (checked on every load), and
+the entry is rebuilt (or, when building is not allowed, not used). Written atomically (a
+temporary folder renamed into place) under a file lock, so two processes never build the same
+entry at once: the second waits and loads what the first built.
+
+The attention operator ``racer_ref::cached_attention`` stays opaque in the package: the
+shared library calls it through PyTorch's dispatcher, so :mod:`racer_ref.speedups.compiled`
+(which registers it) is imported before any package loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+
+import torch
+
+#: Bumped when the layout of an entry changes (old entries are then simply not found).
+FORMAT = 1
+
+Progress = Callable[[str], None]
+
+
+def print_to_stderr(line: str) -> None:
+    """The default progress: one line on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    """``<cache>/compiled``, where ``<cache>`` is ``$RACER_REF_CACHE`` or ``~/.cache/racer-ref``
+    (the folder that also keeps the converted default model)."""
+    root = os.environ.get("RACER_REF_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "racer-ref") / "compiled"
+
+
+def weights_hash(model: Any) -> str:
+    """A hash of the model's parameters and buffers: names, shapes, dtypes and every byte."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(type(model).__name__.encode())
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+            t = t.detach()
+            if t.device.type != "cpu" or t.dtype == torch.bfloat16:
+                t = t.float().cpu()
+            h.update(t.contiguous().view(-1).numpy().data)
+    return h.hexdigest()
+
+
+def _code_hash() -> str:
+    """A hash of the sources that define the pass (a change to them rebuilds)."""
+    from racer_ref.speedups import compiled, cpu_kernels
+
+    h = hashlib.blake2b(digest_size=8)
+    for obj in (compiled._Passes, compiled.cached_attention, cpu_kernels.decoder_logits,
+                cpu_kernels._rms_norm, cpu_kernels._rotate_half):
+        h.update(inspect.getsource(getattr(obj, "_init_fn", obj)).encode())
+    return h.hexdigest()
+
+
+def entry_key(model: Any, size: int, weights: Optional[str] = None) -> Dict[str, Any]:
+    """The fields a package of ``size`` rows for ``model`` depends on (see the module doc)."""
+    from racer_ref.speedups.cpu_kernels import cpu_name
+
+    dtype = next(model.parameters()).dtype
+    return {"format": FORMAT, "model": type(model).__name__, "weights": weights or weights_hash(model),
+            "dtype": str(dtype).replace("torch.", ""), "size": int(size), "torch": torch.__version__,
+            "cpu": f"{cpu_name()} / {torch.backends.cpu.get_cpu_capability()}",
+            "threads": torch.get_num_threads(), "code": _code_hash()}
+
+
+def entry_dir(key: Dict[str, Any]) -> Path:
+    """``<cache root>/<digest of the key>``."""
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=10).hexdigest()
+    return cache_root() / f"{key['model']}-{key['size']}-{digest}"
+
+
+def read_manifest(folder: Path, key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The entry's manifest when it exists, parses and matches ``key`` field for field, and the
+    package it names is there with the size it records; else ``None``."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        if not isinstance(manifest, dict) or manifest.get("key") != key:
+            return None
+        package = folder / manifest["package"]
+        if package.stat().st_size != manifest["bytes"]:
+            return None
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``<folder>.lock`` (another process building the entry waits)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(folder) + ".lock", "a+") as f:
+        try:
+            import fcntl
+        except ImportError:  # (no fcntl: no lock; the rename below is still atomic)
+            yield
+            return
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _remove(folder: Path) -> None:
+    """Delete an entry folder (moved aside first, so that no reader sees half of it)."""
+    if folder.exists():
+        aside = folder.with_name(f".old-{folder.name}-{os.getpid()}")
+        os.replace(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def export_pass(passes: Any, size: int, package: Path, autotune: bool = True) -> None:
+    """Export the pass of ``size`` rows (``torch.export``, the attention operator opaque) and
+    compile it with AOTInductor into ``package`` (weights frozen into the shared library)."""
+    import torch._inductor
+
+    fast = passes.fast
+    handle = getattr(fast.model, "racer_cpu_kernels", None)
+    ids, cos, sin = passes.example_inputs(size)
+    configs: Dict[str, Any] = {"freezing": True}
+    if autotune:
+        configs.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN",
+                       autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
+    enabled = getattr(handle, "enabled", None)
+    try:
+        if handle is not None:
+            handle.enabled = False  # plain linears in the graph: inductor packs the frozen weights itself
+        with torch.no_grad():
+            program = torch.export.export(passes.module, (ids, cos, sin), strict=False)
+    finally:
+        if handle is not None:
+            handle.enabled = enabled
+    torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs=configs)
+
+
+def load_pass(package: Path) -> Any:
+    """The callable of a package (``runner(ids, cos, sin) -> logits``)."""
+    import torch._inductor
+
+    import racer_ref.speedups.compiled  # noqa: F401  (registers racer_ref::cached_attention first)
+
+    return torch._inductor.aoti_load_package(str(package))
+
+
+def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: Progress,
+                  autotune: bool = True) -> Optional[Any]:
+    """The checked runner of ``size`` rows for ``passes``: loaded from the cache, or (``build``)
+    compiled into it first. ``None`` (with one progress line saying why) when there is none."""
+    from racer_ref.speedups.compiled import TOLERANCE
+
+    key = entry_key(passes.fast.model, size, weights)
+    folder = entry_dir(key)
+
+    def checked(where: Path, manifest: Dict[str, Any]) -> Optional[Any]:
+        try:
+            runner = load_pass(where / manifest["package"])
+            error = passes.check_runner(runner, size)
+        except Exception as exc:  # a package that does not load or run: stale or damaged
+            progress(f"compiled passes: the size-{size} package in {where} does not run "
+                     f"({type(exc).__name__}: {str(exc)[:200]})")
+            return None
+        if not error <= TOLERANCE:
+            progress(f"compiled passes: the size-{size} package in {where} differs from the eager path "
+                     f"(relative error {error:.1e})")
+            return None
+        passes.max_rel_error[size] = error
+        return runner
+
+    manifest = read_manifest(folder, key)
+    if manifest is not None:
+        runner = checked(folder, manifest)
+        if runner is not None:
+            passes.compile_seconds[size] = 0.0
+            passes.cache_dirs[size] = str(folder)
+            return runner
+    if not build:
+        return None
+    rejected = manifest
+    with build_lock(folder):
+        manifest = read_manifest(folder, key)  # built by another process while we waited?
+        if manifest is not None and manifest != rejected:
+            runner = checked(folder, manifest)
+            if runner is not None:
+                passes.compile_seconds[size] = 0.0
+                passes.cache_dirs[size] = str(folder)
+                return runner
+        tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        progress(f"compiled passes: building the size-{size} pass of this {key['model']} with AOTInductor "
+                 f"(once per machine; about 2 min per size for SmolLM2-135M on 2 cores; {torch.get_num_threads()} threads) "
+                 f"into {folder} ...")
+        tic = time.perf_counter()
+        try:
+            export_pass(passes, size, tmp / "passes.pt2", autotune=autotune)
+            manifest = {"key": key, "package": "passes.pt2", "bytes": (tmp / "passes.pt2").stat().st_size,
+                        "build_seconds": round(time.perf_counter() - tic, 1),
+                        "built": time.strftime("%Y-%m-%d %H:%M:%S")}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            _remove(folder)  # a stale entry under the same name
+            os.replace(tmp, folder)  # atomic: readers see no entry or a whole one
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        runner = checked(folder, manifest)
+        if runner is None:
+            _remove(folder)
+            return None
+    seconds = time.perf_counter() - tic
+    progress(f"compiled passes: size {size} built in {seconds:.0f} s "
+             f"({manifest['bytes'] / 2**20:.0f} MB on disk); later processes load it in seconds")
+    passes.compile_seconds[size] = seconds
+    passes.cache_dirs[size] = str(folder)
+    return runner
+
+
+def cached_sizes(model: Any, sizes: Sequence[int]) -> Dict[int, Path]:
+    """Which of ``sizes`` have an entry for ``model`` (manifest match only; not loaded)."""
+    weights = weights_hash(model)
+    out = {}
+    for size in sizes:
+        folder = entry_dir(entry_key(model, size, weights))
+        if read_manifest(folder, entry_key(model, size, weights)) is not None:
+            out[int(size)] = folder
+    return out
