@@ -173,7 +173,11 @@ class Drafter(Guarded, NoCopy):
         overrides = any(getattr(type(self), name) is not getattr(Drafter, name) for name in ("draft", "observe", "commit"))
         self._step = self if overrides else impl.trusted_step() if hasattr(impl, "trusted_step") else core_step(impl)
         # The twin refuses, once per claim, a drafter that an interrupt left torn.
-        self._intact = getattr(impl, "_check_intact", None)
+        self._intact = None
+        if hasattr(impl, "trusted_step"):
+            from racer_ref.reference.undo import check_intact
+
+            self._intact = lambda: check_intact(impl, impl.automaton, impl.table)
 
     @property
     def method(self) -> str:

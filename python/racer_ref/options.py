@@ -22,7 +22,7 @@ import torch
 
 from racer_ref.drafter import DRAFTER_PARAMETERS, make_drafting
 from racer_ref.exactness import make_plan
-from racer_ref.reference.limits import at_least, check_token_ids, int_kind
+from racer_ref.reference.limits import at_least, check_token_ids, int_value
 from racer_ref.sampling import check_sampling_arguments
 from racer_ref.verify import forward_tree, make_cache
 
@@ -335,7 +335,7 @@ def _generator(generator: Any, seed: Any) -> Optional[torch.Generator]:
     """The CPU generator of the draws: the given one, or one seeded with ``seed``, or ``None``."""
     if generator is not None and (not isinstance(generator, torch.Generator) or generator.device.type != "cpu"):
         raise ValueError("generator: expected a CPU torch.Generator (the draws are made on the CPU)")
-    if seed is not None and not -(2**63) <= int_kind(seed, "seed") < 2**64:  # manual_seed's range
+    if seed is not None and not -(2**63) <= int_value(seed, "seed", wide=True) < 2**64:  # manual_seed's range
         raise ValueError(f"seed: must be in [-2**63, 2**64), got {seed!r}")
     if generator is None and seed is not None:
         generator = torch.Generator().manual_seed(int(seed))

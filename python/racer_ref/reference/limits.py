@@ -54,29 +54,24 @@ MAX_TABLE_ENTRIES = 1 << 28
 # --------------------------------------------------------------------------------------
 
 
-def int_kind(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int of any size; TypeError for bool and non-integers."""
+def int_value(value: Any, arg: str, index: Optional[int] = None, wide: bool = False) -> int:
+    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits
+    (``wide``: any size, for a caller with its own range, such as ``generate()``'s ``seed``).
+
+    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
+    that all of them are refused the same way as in the Rust wrappers.
+    """
     where = "" if index is None else f"element {index} "
     # bool is a subclass of int in Python, but True is not a token id: refuse it.
     if isinstance(value, bool):
         raise TypeError(f"{arg}: {where}must be an int, got bool")
     try:
         # operator.index accepts ints and numpy integers, and refuses floats and numpy bools.
-        return operator.index(value)
+        v = operator.index(value)
     except TypeError:
         raise TypeError(f"{arg}: {where}must be an int, got {type(value).__name__}") from None
-
-
-def int_value(value: Any, arg: str, index: Optional[int] = None) -> int:
-    """``value`` as a Python int; TypeError for bool and non-integers, ValueError past 64 bits.
-
-    Every integer argument of the twin (sizes, token ids, capacities) goes through here, so
-    that all of them are refused the same way as in the Rust wrappers.
-    """
-    v = int_kind(value, arg, index)
     # The Rust side reads a 64-bit integer first; anything wider is out of every range.
-    if not -(2**63) <= v < 2**63:
-        where = "" if index is None else f"element {index} "
+    if not wide and not -(2**63) <= v < 2**63:
         raise ValueError(f"{arg}: {where}is out of range, got {v}")
     return v
 
