@@ -25,8 +25,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from racer_ref.guard import Guarded, given_drafter, hold, one_caller
-from racer_ref.reference.limits import (DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_MAX_NODES, DEFAULT_NGRAM,
-                                        NoCopy, choice_value)
+from racer_ref.reference.limits import (DEFAULT_BREADTH, DEFAULT_CAPACITY, DEFAULT_CPU_CAPACITY, DEFAULT_MAX_NODES,
+                                        DEFAULT_NGRAM, NoCopy, choice_value)
 from racer_ref.tree import METHODS, DraftTree
 
 #: The two implementations, and the module of each (the same names in both).
@@ -47,10 +47,6 @@ DRAFTER_PARAMETERS: Dict[str, Tuple[Any, str]] = {
 
 #: The capacity on a GPU when ``capacity=None``: the paper's.
 DEFAULT_GPU_CAPACITY = DEFAULT_CAPACITY
-#: The default elsewhere: on a CPU a verify pass costs more with every node, and 16 nodes
-#: (about 1.6-1.8 one-token passes with racer_ref.speedups.cpu_kernels) pay off where 64 do not.
-#: Fixed rather than "auto" so that a seed reproduces a sampled output.
-DEFAULT_CPU_CAPACITY = 16
 
 
 def backend_name(backend: Any) -> str:

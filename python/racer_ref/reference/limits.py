@@ -32,6 +32,11 @@ MAX_CAPACITY = 4096
 DEFAULT_CAPACITY = 64
 #: Breadth ``k``: next-token ids kept per row of the copy-logit table.
 DEFAULT_BREADTH = 8
+#: The capacity ``generate()`` uses on a CPU when ``capacity=None``: there a verify pass costs
+#: more with every node, and 16 nodes (about 1.6-1.8 one-token passes with
+#: racer_ref.speedups.cpu_kernels) pay off where the paper's 64 do not. Fixed rather than
+#: "auto" so that a seed reproduces a sampled output.
+DEFAULT_CPU_CAPACITY = 16
 #: ``n``: the longest n-gram window the automaton inserts (its depth bound).
 DEFAULT_NGRAM = 10
 #: ``max_nodes``: the automaton's node budget before LRU eviction.

@@ -163,7 +163,10 @@ def prepare_cpu_attention(model: Any) -> None:
     if sdpa and not prepared and hasattr(model, "set_attn_implementation"):
         use_sdpa_gqa(model)  # only a grouped-query model; others are left as they are
     if not prepared:
-        speed_up_by_default(model)  # a real float32 model: measured kernels and a direct forward
+        from racer_ref.speedups.compiled import load_cached_passes
+
+        # a real float32 model: measured kernels, a direct forward, compiled passes if cached
+        speed_up_by_default(model, also=load_cached_passes)
     # A later call with this model skips all this, unless it is still on sdpa (not grouped-query).
     with contextlib.suppress(AttributeError, TypeError):  # (a model that takes no attributes: checked every call)
         model.racer_cpu_checked = getattr(model.config, "_attn_implementation", None) != "sdpa"

@@ -130,6 +130,7 @@ class CompiledPasses:
         self.fallbacks = 0
         self.enabled = True
         self.threads = torch.get_num_threads()
+        self.tolerance = TOLERANCE  # (read by racer_ref.speedups.compiled_cache when it checks a package)
         cfg = fast.model.config
         self.scale = float(fast.layers[0].self_attn.scaling)
         self.gqa = int(cfg.num_attention_heads) != int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -402,7 +403,7 @@ def load_or_compile(model: Any, sizes: Sequence[int], build: bool = True,
 def default_sizes(capacity: Any = None) -> List[int]:
     """The pass sizes compiled by default: plain steps (1) and trees of up to ``capacity`` nodes
     (an int; otherwise the CPU default capacity, 16)."""
-    from racer_ref.decoding import DEFAULT_CPU_CAPACITY
+    from racer_ref.reference.limits import DEFAULT_CPU_CAPACITY
 
     big = capacity if isinstance(capacity, int) and not isinstance(capacity, bool) and 1 <= capacity <= 1024 \
         else DEFAULT_CPU_CAPACITY
@@ -431,3 +432,16 @@ def compile_by_default(model: Any, capacity: Any = None, build: bool = True,
             or sum(p.numel() for p in params) < DEFAULT_MIN_PARAMETERS):
         return None
     return load_or_compile(model, default_sizes(capacity), build=build, progress=progress)
+
+
+def load_cached_passes(model: Any) -> str:
+    """What ``racer_ref.generate`` adds to the CPU fast path: :func:`compile_by_default` with
+    ``build=False`` (only what an earlier process built is loaded); returns the phrase for
+    its one log line (:func:`racer_ref.speedups.cpu_kernels.speed_up_by_default`)."""
+    import logging
+
+    passes = compile_by_default(model, build=False, progress=logging.getLogger("racer_ref").warning)
+    if passes is not None:
+        return f"; compiled passes of {passes.sizes} tokens from the cache"
+    return ("; no compiled passes cached (racer-ref generate, or racer_ref.speedups.compiled."
+            "load_or_compile(model, (1, 16)), builds them once per machine)")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import shutil
@@ -79,13 +78,11 @@ def weights_hash(model: Any) -> str:
 
 
 def _code_hash() -> str:
-    """A hash of the sources that define the pass (a change to them rebuilds)."""
-    from racer_ref.speedups import compiled, cpu_kernels
-
+    """A hash of the sources that define the pass, ``compiled.py`` and ``cpu_kernels.py`` next
+    to this file (read as files, not imported: a change to either rebuilds)."""
     h = hashlib.blake2b(digest_size=8)
-    for obj in (compiled._Passes, compiled.cached_attention, cpu_kernels.decoder_logits,
-                cpu_kernels._rms_norm, cpu_kernels._rotate_half):
-        h.update(inspect.getsource(getattr(obj, "_init_fn", obj)).encode())
+    for name in ("compiled.py", "cpu_kernels.py"):
+        h.update(Path(__file__).with_name(name).read_bytes())
     return h.hexdigest()
 
 
@@ -174,8 +171,8 @@ def load_pass(package: Path) -> Any:
     """The callable of a package (``runner(ids, cos, sin) -> logits``)."""
     import torch._inductor
 
-    import racer_ref.speedups.compiled  # noqa: F401  (registers racer_ref::cached_attention first)
-
+    # racer_ref::cached_attention must be registered first: every caller comes through
+    # racer_ref.speedups.compiled, which registers it when it is imported.
     return torch._inductor.aoti_load_package(str(package))
 
 
@@ -183,8 +180,7 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
                   autotune: bool = True) -> Optional[Any]:
     """The checked runner of ``size`` rows for ``passes``: loaded from the cache, or (``build``)
     compiled into it first. ``None`` (with one progress line saying why) when there is none."""
-    from racer_ref.speedups.compiled import TOLERANCE
-
+    tolerance = passes.tolerance  # racer_ref.speedups.compiled.TOLERANCE
     key = entry_key(passes.fast.model, size, weights)
     folder = entry_dir(key)
 
@@ -196,7 +192,7 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
             progress(f"compiled passes: the size-{size} package in {where} does not run "
                      f"({type(exc).__name__}: {str(exc)[:200]})")
             return None
-        if not error <= TOLERANCE:
+        if not error <= tolerance:
             progress(f"compiled passes: the size-{size} package in {where} differs from the eager path "
                      f"(relative error {error:.1e})")
             return None

@@ -741,7 +741,7 @@ def speed_up_model(model: Any, enabled: Optional[bool] = None, **options: Any) -
 DEFAULT_MIN_PARAMETERS = 10_000_000
 
 
-def speed_up_by_default(model: Any) -> Optional[CpuKernels]:
+def speed_up_by_default(model: Any, also: Optional[Callable[[Any], str]] = None) -> Optional[CpuKernels]:
     """What ``racer_ref.generate`` does with a model on the CPU that nobody prepared: the
     fast path of :func:`speed_up_model`, once per model, said in one ``racer_ref`` log line.
 
@@ -752,6 +752,11 @@ def speed_up_by_default(model: Any) -> Optional[CpuKernels]:
     the algorithm): ``model.generate`` then runs through it too, so the two still agree token
     for token; against PyTorch's stock kernels, tokens can differ only at a near-tie of two
     logits.
+
+    Args:
+        model: a transformers causal LM.
+        also: called with the model once the direct forward is in, to load more of the fast
+            path (:func:`racer_ref.speedups.compiled.load_cached_passes`); its phrase joins the line.
 
     Returns:
         the :class:`CpuKernels` handle when it was installed now, else ``None``.
@@ -768,14 +773,8 @@ def speed_up_by_default(model: Any) -> Optional[CpuKernels]:
     log = logging.getLogger("racer_ref")
     handle = speed_up_model(model)
     fast = "a direct forward" if handle.fast_forward is not None else "the model's own forward"
-    compiled = ""
-    if handle.fast_forward is not None:  # compiled passes an earlier process built (never built here)
-        from racer_ref.speedups.compiled import compile_by_default
-
-        passes = compile_by_default(model, build=False, progress=log.warning)
-        compiled = (f"; compiled passes of {passes.sizes} tokens from the cache" if passes is not None else
-                    "; no compiled passes cached (racer-ref generate, or racer_ref.speedups.compiled."
-                    "load_or_compile(model, (1, 16)), builds them once per machine)")
+    # What else an earlier process left for this model (the compiled passes: ``also`` loads them).
+    compiled = also(model) if also is not None and handle.fast_forward is not None else ""
     log.warning(
         "racer_ref.generate: the CPU fast path is on for this %s (%s; %s%s; measured in %.1f s, once per "
         "model). model.generate now uses it too. RACER_REF_CPU_KERNELS=off, or "
