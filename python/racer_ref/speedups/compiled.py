@@ -262,6 +262,17 @@ def _check(passes: CompiledPasses, size: int) -> float:
 TOLERANCE = 1e-4
 
 
+def _pass_sizes(sizes: Sequence[int]) -> List[int]:
+    """``sizes`` as sorted distinct ints in 1..1024; ``ValueError`` naming ``sizes`` otherwise."""
+    try:
+        wanted = sorted({int(s) for s in sizes})
+    except (TypeError, ValueError):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}") from None
+    if not wanted or any(s < 1 or s > 1024 for s in wanted) or any(isinstance(s, bool) for s in sizes):
+        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}")
+    return wanted
+
+
 def compile_passes(model: Any, sizes: Sequence[int], autotune: bool = True) -> CompiledPasses:
     """Compile ``model``'s passes of ``sizes`` rows with inductor (weights frozen) and route
     the calls that fit them through the compiled graphs.
@@ -287,12 +298,7 @@ def compile_passes(model: Any, sizes: Sequence[int], autotune: bool = True) -> C
     """
     from racer_ref.speedups.cpu_kernels import FastForward
 
-    try:
-        wanted = sorted({int(s) for s in sizes})
-    except (TypeError, ValueError):
-        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}") from None
-    if not wanted or any(s < 1 or s > 1024 for s in wanted) or any(isinstance(s, bool) for s in sizes):
-        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}")
+    wanted = _pass_sizes(sizes)
     fast = model.__dict__.get("forward")
     if not isinstance(fast, FastForward):
         raise ValueError("model: compile_passes needs the direct forward (speed_up_model or install_fast_forward first)")
@@ -367,12 +373,7 @@ def load_or_compile(model: Any, sizes: Sequence[int], build: bool = True,
     from racer_ref.speedups import compiled_cache
 
     say = progress or compiled_cache.print_to_stderr
-    try:
-        wanted = sorted({int(s) for s in sizes})
-    except (TypeError, ValueError):
-        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}") from None
-    if not wanted or any(s < 1 or s > 1024 for s in wanted) or any(isinstance(s, bool) for s in sizes):
-        raise ValueError(f"sizes: expected ints in 1..1024, got {sizes!r}")
+    wanted = _pass_sizes(sizes)
     try:
         fast = _prepared(model)
     except ValueError as exc:
