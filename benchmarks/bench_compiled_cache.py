@@ -9,7 +9,8 @@ Each step runs in a fresh subprocess (threads fixed by --threads) against a fres
 
 1. build: load the model, the CPU fast path (``speed_up_model``), ``load_or_compile`` of the
    sizes: build seconds; then per-pass milliseconds eager (the fast path) vs compiled, for
-   each size, a pass of that many tree rows after a 64-token prefix (median of --repeats).
+   each size kept, a pass of that many tree rows after a 64-token prefix (median of
+   --repeats); a size the build measured no faster than eager is not kept (its figures shown).
 2. load: a fresh process, from its start (before ``import torch``) to the first decoded token
    of ``racer_ref.generate`` with the cached passes; then 32 more tokens and its peak RSS.
 3. eager: the same without compiled passes (``RACER_REF_COMPILE=off``): peak RSS.
@@ -55,12 +56,14 @@ if step == "build":
     passes = load_or_compile(model, sizes)
     out["build_s"] = time.perf_counter() - tic
     out["sizes"] = passes.sizes if passes else []
+    out["build_pass_ms"] = passes.report()["pass_ms"] if passes else {}
+    out["not_faster"] = passes.not_faster if passes else list(sizes)
     from transformers import DynamicCache
     from racer_ref.tree import tree_attention_mask
     from racer_ref.verify import tree_attention_bias
     fast = model.forward
     ms = {}
-    for size in sizes:
+    for size in out["sizes"]:  # (a size measured not faster at build time is not loaded)
         ids = torch.randint(0, int(model.config.vocab_size), (1, size), generator=torch.Generator().manual_seed(size))
         pos = torch.arange(64, 64 + size)[None]
         chain = torch.from_numpy(tree_attention_mask(list(range(-1, size - 1))))
@@ -136,9 +139,12 @@ def main() -> None:
         build = child("build", args, env)
         print(f"first process: built sizes {build['sizes']} in {build['build_s']:.1f} s "
               f"(load {build['load_average']:.2f})")
-        for size in args.sizes:
+        for size in build["sizes"]:
             e, c = build["pass_ms"][f"eager {size}"], build["pass_ms"][f"compiled {size}"]
             print(f"  pass of {size:>2} rows: eager {e:.2f} ms, compiled {c:.2f} ms ({e / c:.2f}x)")
+        for size in build["not_faster"]:
+            ms = build["build_pass_ms"].get(str(size))
+            print(f"  pass of {size:>2} rows: not used, measured at build {ms} (compiled not faster than eager)")
         print(f"  (load at the end {build['load_average_end']:.2f}); build process peak RSS {build['peak_rss_mb']:.0f} MB")
         entries = root / "compiled"
         print(f"cache on disk: {du(entries) / 2**20:.0f} MB in {entries}")

@@ -45,6 +45,14 @@ def test_parser_defaults_and_choices():
     cpu, gpu = type("M", (), {"device": torch.device("cpu")})(), type("M", (), {"device": torch.device("cuda")})()
     assert (cli.default_capacity(None, cpu), cli.default_capacity(None, gpu), cli.default_capacity(8, cpu)) == \
         (16, 64, 8)
+    # With compiled passes: the largest size built, also one measured not faster (left eager).
+    def with_passes(sizes, not_faster):
+        model = type("M", (), {"device": torch.device("cpu")})()
+        model.forward = type("F", (), {"compiled": type("P", (), {"sizes": sizes, "not_faster": not_faster})()})()
+        return model
+    assert (cli.default_capacity(None, with_passes([1, 8], [])), cli.default_capacity(None, with_passes([1], [16])),
+            cli.default_capacity(None, with_passes([], [1, 16])), cli.default_capacity(4, with_passes([1], [16]))) == \
+        (8, 16, 16, 4)
     args = cli.build_parser().parse_args(["bench", "--dataset", "humaneval", "--methods", "ar,racer",
                                           "--capacity", "auto", "--limit", "3"])
     assert (args.methods, args.capacity, args.limit, args.out) == (["ar", "racer"], "auto", 3, "bench-out")

@@ -54,6 +54,18 @@ class Spy:
         self.lines.append(line)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def measured_faster():
+    """A build times its pass against the eager one and keeps it only when faster: on tiny
+    models either can win, so the tests fix the measurement (compiled twice as fast) unless
+    they set their own."""
+    from racer_ref.speedups.compiled import CompiledPasses
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CompiledPasses, "time_runner", lambda self, runner, size: {"compiled": 1.0, "eager": 2.0})
+        yield
+
+
 @pytest.fixture(scope="module")
 def cache_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("racer-cache")
@@ -87,6 +99,62 @@ def test_a_build_writes_a_checked_entry_and_says_so(built, cache_root):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["key"] == cc.entry_key(model, 1) and manifest["key"]["threads"] == torch.get_num_threads()
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".tmp-")]  # renamed into place
+
+
+def test_the_real_measurement_times_both_paths(built):
+    from racer_ref.speedups.compiled import time_pass
+
+    model, passes, _ = built
+    ms = time_pass(passes, passes.runners[1], 1, reps=2)
+    assert set(ms) == {"compiled", "eager"} and all(t > 0 for t in ms.values())
+    assert model.forward.compiled is passes and passes.runners[1] is not None  # left as it was
+
+
+def test_a_size_measured_not_faster_keeps_only_its_measurement(cache_root, monkeypatch):
+    """Size 2 measured slower than the eager pass: not used, its package deleted, its
+    manifest kept so that later processes neither rebuild nor load it."""
+    from racer_ref.speedups.compiled import CompiledPasses
+
+    def slower_at_2(self, runner, size):
+        return {"compiled": 3.0, "eager": 2.0} if size == 2 else {"compiled": 1.0, "eager": 2.0}
+
+    monkeypatch.setattr(CompiledPasses, "time_runner", slower_at_2)
+    spy = Spy(monkeypatch)
+    model = fresh_model(seed=3)
+    passes = load_or_compile(model, (1, 2), progress=spy, autotune=False)
+    assert spy.builds == 2 and passes.sizes == [1] and passes.not_faster == [2]
+    assert passes.report()["not_faster"] == [2] and passes.report()["pass_ms"]["2"] == {"compiled": 3.0, "eager": 2.0}
+    assert any("size 2 built" in line and "not faster than the eager pass" in line for line in spy.lines)
+    folder = Path(passes.cache_dirs[2])
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["faster"] is False and manifest["package"] is None
+    again = load_or_compile(fresh_model(seed=3), (1, 2), progress=spy, autotune=False)
+    assert spy.builds == 2 and again.sizes == [1] and again.not_faster == [2]  # nothing rebuilt
+
+
+def test_loading_leaves_nothing_in_the_temporary_folder(built, cache_root, tmp_path, monkeypatch):
+    """AOTInductor's loader unzips each package (hundreds of MB for a real model) under
+    $TMPDIR; the cache unzips it into a folder of its own and removes it once loaded."""
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    passes = load_or_compile(fresh_model(), (1,), build=False)
+    assert passes is not None and passes.sizes == [1]
+    assert list(scratch.iterdir()) == []
+    assert os.environ["TMPDIR"] == str(scratch)  # restored
+    assert not [p.name for p in (cache_root / "compiled").iterdir() if p.name.startswith(".load-")]
+
+
+def test_leftovers_of_dead_processes_are_swept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    names = [f".tmp-Llama-1-abc-{dead}", f".load-{dead}-x1y2", f".old-Llama-16-def-{dead}",
+             f".tmp-Llama-1-abc-{os.getpid()}", "Llama-1-abc", "Llama-1-abc.lock"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert cc.sweep_leftovers(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
 
 
 def test_greedy_through_loaded_passes_is_lossless(built):

@@ -86,14 +86,15 @@ def default_capacity(capacity: Any, model: Any) -> Any:
     the paper's 64 on CUDA (a verify pass of 64 tokens costs about one of 1 there), 16
     elsewhere (on a CPU every node costs; on HumanEval 0-4, 2-core AMD EPYC, fixed 16 gave
     2.27x over hf-greedy where ``auto`` gave 2.08x). With ``--compile``, the largest compiled
-    pass size: a larger tree would run outside the compiled graphs, at the eager path's cost."""
+    pass size built (used, or measured not faster than the eager pass and left to it): a
+    larger tree would run outside the compiled graphs, at the eager path's cost."""
     from racer_ref.drafter import DEFAULT_CPU_CAPACITY, DEFAULT_GPU_CAPACITY
 
     if capacity is not None:
         return capacity
     compiled = getattr(model.__dict__.get("forward"), "compiled", None)
-    if compiled is not None and compiled.sizes:
-        return max(compiled.sizes)
+    if compiled is not None and (compiled.sizes or compiled.not_faster):
+        return max(compiled.sizes + compiled.not_faster)
     return DEFAULT_GPU_CAPACITY if model.device.type == "cuda" else DEFAULT_CPU_CAPACITY
 
 

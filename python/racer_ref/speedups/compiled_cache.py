@@ -39,6 +39,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
@@ -46,7 +47,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 import torch
 
 #: Bumped when the layout of an entry changes (old entries are then simply not found).
-FORMAT = 1
+FORMAT = 2
 
 Progress = Callable[[str], None]
 
@@ -110,8 +111,9 @@ def read_manifest(folder: Path, key: Dict[str, Any]) -> Optional[Dict[str, Any]]
         manifest = json.loads((folder / "manifest.json").read_text())
         if not isinstance(manifest, dict) or manifest.get("key") != key:
             return None
-        package = folder / manifest["package"]
-        if package.stat().st_size != manifest["bytes"]:
+        if not isinstance(manifest["faster"], bool) or not isinstance(manifest["pass_ms"], dict):
+            return None
+        if manifest["faster"] and (folder / manifest["package"]).stat().st_size != manifest["bytes"]:
             return None
         return manifest
     except (OSError, ValueError, KeyError, TypeError):
@@ -133,6 +135,35 @@ def build_lock(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def sweep_leftovers(root: Optional[Path] = None) -> int:
+    """Remove the temporary folders (``.tmp-*``, ``.load-*``, ``.old-*``) that processes which
+    are no longer running left in the cache root (a build or load killed half-way); returns
+    how many were removed."""
+    removed = 0
+    root = root or cache_root()
+    for path in root.glob(".*-*") if root.is_dir() else ():
+        kind, _, rest = path.name[1:].partition("-")
+        pid = rest.split("-")[0] if kind == "load" else rest.rsplit("-", 1)[-1]
+        if kind not in ("tmp", "load", "old") or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (ours always does)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (exists, another user's)
+        return True
+    return True
 
 
 def _remove(folder: Path) -> None:
@@ -164,7 +195,12 @@ def export_pass(passes: Any, size: int, package: Path, autotune: bool = True) ->
     finally:
         if handle is not None:
             handle.enabled = enabled
-    torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs=configs)
+    scratch = package.parent / "build"  # inductor's build folder, inside the entry's temporary one
+    try:
+        with _temp_dirs(scratch):
+            torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs=configs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def load_pass(package: Path) -> Any:
@@ -173,14 +209,44 @@ def load_pass(package: Path) -> Any:
 
     # racer_ref::cached_attention must be registered first: every caller comes through
     # racer_ref.speedups.compiled, which registers it when it is imported.
-    return torch._inductor.aoti_load_package(str(package))
+    # The loader unzips the package (the shared library holds the weights: ~700 MB for
+    # SmolLM2-135M) into a fresh ``$TMPDIR/aotinductor_*`` folder that it does not always remove
+    # (never when the process is killed). Unzipped into a folder of ours instead, removed as
+    # soon as the library is loaded (a loaded library does not need its file).
+    where = Path(tempfile.mkdtemp(prefix=f".load-{os.getpid()}-", dir=package.parent.parent))
+    try:
+        with _temp_dirs(where):
+            return torch._inductor.aoti_load_package(str(package))
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _temp_dirs(where: Path) -> Iterator[None]:
+    """``$TMPDIR`` (read by AOTInductor's C++ loader) and ``$TORCHINDUCTOR_CACHE_DIR`` (where
+    inductor writes the sources and libraries it builds) pointed into ``where`` for the block,
+    then restored: what they receive is removed with ``where``, not left in ``/tmp``."""
+    names = {"TMPDIR": where, "TORCHINDUCTOR_CACHE_DIR": where / "inductor"}
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        os.environ.update({name: str(path) for name, path in names.items()})
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: Progress,
                   autotune: bool = True) -> Optional[Any]:
     """The checked runner of ``size`` rows for ``passes``: loaded from the cache, or (``build``)
-    compiled into it first. ``None`` (with one progress line saying why) when there is none."""
+    compiled into it first. ``None`` when there is none (with one progress line saying why) or
+    when the build measured the compiled pass no faster than the eager one on this CPU (the
+    entry then keeps only its manifest, so that the size is neither rebuilt nor loaded)."""
     tolerance = passes.tolerance  # racer_ref.speedups.compiled.TOLERANCE
+    sweep_leftovers()
     key = entry_key(passes.fast.model, size, weights)
     folder = entry_dir(key)
 
@@ -199,12 +265,20 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
         passes.max_rel_error[size] = error
         return runner
 
+    def use(manifest: Dict[str, Any], seconds: float) -> Optional[Any]:
+        """The runner of a matching entry (``None`` for a size measured not faster)."""
+        passes.pass_ms[size] = manifest["pass_ms"]
+        passes.compile_seconds[size] = seconds
+        passes.cache_dirs[size] = str(folder)
+        if not manifest["faster"]:
+            passes.not_faster.append(size)
+            return None
+        return checked(folder, manifest)
+
     manifest = read_manifest(folder, key)
     if manifest is not None:
-        runner = checked(folder, manifest)
-        if runner is not None:
-            passes.compile_seconds[size] = 0.0
-            passes.cache_dirs[size] = str(folder)
+        runner = use(manifest, 0.0)
+        if runner is not None or not manifest["faster"]:
             return runner
     if not build:
         return None
@@ -212,10 +286,8 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
     with build_lock(folder):
         manifest = read_manifest(folder, key)  # built by another process while we waited?
         if manifest is not None and manifest != rejected:
-            runner = checked(folder, manifest)
-            if runner is not None:
-                passes.compile_seconds[size] = 0.0
-                passes.cache_dirs[size] = str(folder)
+            runner = use(manifest, 0.0)
+            if runner is not None or not manifest["faster"]:
                 return runner
         tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -226,8 +298,18 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
         tic = time.perf_counter()
         try:
             export_pass(passes, size, tmp / "passes.pt2", autotune=autotune)
-            manifest = {"key": key, "package": "passes.pt2", "bytes": (tmp / "passes.pt2").stat().st_size,
-                        "build_seconds": round(time.perf_counter() - tic, 1),
+            nbytes = (tmp / "passes.pt2").stat().st_size
+            runner = checked(tmp, {"package": "passes.pt2"})
+            if runner is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+                return None
+            ms = passes.time_runner(runner, size)
+            faster = ms["compiled"] < ms["eager"]
+            if not faster:  # not worth its memory here: keep the measurement, not the package
+                runner = None
+                (tmp / "passes.pt2").unlink()
+            manifest = {"key": key, "package": "passes.pt2" if faster else None, "bytes": nbytes if faster else 0,
+                        "faster": faster, "pass_ms": ms, "build_seconds": round(time.perf_counter() - tic, 1),
                         "built": time.strftime("%Y-%m-%d %H:%M:%S")}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             _remove(folder)  # a stale entry under the same name
@@ -235,15 +317,17 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        runner = checked(folder, manifest)
-        if runner is None:
-            _remove(folder)
-            return None
     seconds = time.perf_counter() - tic
-    progress(f"compiled passes: size {size} built in {seconds:.0f} s "
-             f"({manifest['bytes'] / 2**20:.0f} MB on disk); later processes load it in seconds")
     passes.compile_seconds[size] = seconds
     passes.cache_dirs[size] = str(folder)
+    passes.pass_ms[size] = ms
+    verdict = (f"{manifest['bytes'] / 2**20:.0f} MB on disk; later processes load it in seconds" if faster else
+               "not faster than the eager pass on this CPU, so not used (the measurement is kept; delete "
+               f"{folder} to measure again)")
+    progress(f"compiled passes: size {size} built in {seconds:.0f} s; a pass takes {ms['compiled']:.1f} ms "
+             f"compiled, {ms['eager']:.1f} ms eager: {verdict}")
+    if not faster:
+        passes.not_faster.append(size)
     return runner
 
 
