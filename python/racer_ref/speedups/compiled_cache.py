@@ -5,12 +5,13 @@ process (about two minutes per pass size on two cores: with frozen weights neith
 AOTAutograd cache nor inductor's graph cache applies). This module compiles each pass size
 *ahead of time* instead, with the same inductor options (weights frozen, C++ matrix kernels
 timed against ATen's), into an AOTInductor package (a ``.pt2`` zip holding a shared library
-with the packed weights inside), and keeps it under the project's cache folder::
+and, beside it, the weights freezing packed for it), and keeps it under the project's cache
+folder::
 
     $RACER_REF_CACHE/compiled/<key>/passes.pt2 + manifest.json    (default ~/.cache/racer-ref)
 
-A later process loads the package (``torch._inductor.aoti_load_package``, a second or two) and
-checks it before use. What a package depends on is in its key, so another model, dtype, pass
+A later process loads the package (:func:`load_pass`: the library, the packed weights from the
+zip, and the model's own weights shared, not copied) and checks it before use. What a package depends on is in its key, so another model, dtype, pass
 size, torch version, CPU, thread count or version of this code gets a package of its own:
 
 - ``weights``: a BLAKE2 hash of every parameter's bytes, names and shapes (about a second for
@@ -35,19 +36,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
 #: Bumped when the layout of an entry changes (old entries are then simply not found).
-FORMAT = 2
+FORMAT = 3
 
 Progress = Callable[[str], None]
 
@@ -176,13 +179,16 @@ def _remove(folder: Path) -> None:
 
 def export_pass(passes: Any, size: int, package: Path, autotune: bool = True) -> None:
     """Export the pass of ``size`` rows (``torch.export``, the attention operator opaque) and
-    compile it with AOTInductor into ``package`` (weights frozen into the shared library)."""
+    compile it with AOTInductor into ``package``: weights frozen, and kept beside the shared
+    library (``package_constants_in_so=False``), one pickled tensor each, so that
+    :func:`load_pass` can share the model's own instead of loading a copy."""
     import torch._inductor
 
     fast = passes.fast
     handle = getattr(fast.model, "racer_cpu_kernels", None)
     ids, cos, sin = passes.example_inputs(size)
-    configs: Dict[str, Any] = {"freezing": True}
+    configs: Dict[str, Any] = {"freezing": True, "aot_inductor.package_constants_in_so": False,
+                               "aot_inductor.package_constants_on_disk_format": "pickle_weights"}
     if autotune:
         configs.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN",
                        autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
@@ -203,22 +209,48 @@ def export_pass(passes: Any, size: int, package: Path, autotune: bool = True) ->
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def load_pass(package: Path) -> Any:
-    """The callable of a package (``runner(ids, cos, sin) -> logits``)."""
-    import torch._inductor
+def load_pass(package: Path, module: torch.nn.Module) -> Any:
+    """The callable of a package (``runner(ids, cos, sin) -> logits``), its weights shared with
+    ``module`` (the module the pass was exported from).
+
+    A frozen package needs two kinds of constants: the module's own parameters (about half of
+    them by size for SmolLM2-135M: 514 MB) and those freezing made from them (weights packed
+    for the matrix kernels: another 514 MB). The first kind is handed over as the module
+    holds it, without a copy; only the second is read from the zip. The runner keeps both
+    alive (``runner.constants``: AOTInductor stores only their pointers).
+    """
+    from torch.export.pt2_archive._package import load_pt2
 
     # racer_ref::cached_attention must be registered first: every caller comes through
     # racer_ref.speedups.compiled, which registers it when it is imported.
-    # The loader unzips the package (the shared library holds the weights: ~700 MB for
-    # SmolLM2-135M) into a fresh ``$TMPDIR/aotinductor_*`` folder that it does not always remove
-    # (never when the process is killed). Unzipped into a folder of ours instead, removed as
-    # soon as the library is loaded (a loaded library does not need its file).
+    # The loader unzips the shared library into a fresh ``$TMPDIR/aotinductor_*`` folder that
+    # it does not always remove (never when the process is killed). Unzipped into a folder of
+    # ours instead, removed as soon as the library is loaded (a loaded library does not need
+    # its file).
     where = Path(tempfile.mkdtemp(prefix=f".load-{os.getpid()}-", dir=package.parent.parent))
     try:
         with _temp_dirs(where):
-            return torch._inductor.aoti_load_package(str(package))
+            runner = load_pt2(str(package)).aoti_runners["model"]
     finally:
         shutil.rmtree(where, ignore_errors=True)
+    own = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    constants: Dict[str, torch.Tensor] = {}
+    with zipfile.ZipFile(package) as archive:
+        config = next(n for n in archive.namelist() if n.endswith("data/aotinductor/model/weights_config.json"))
+        folder = config[: -len("aotinductor/model/weights_config.json")] + "weights/"
+        read: Dict[str, torch.Tensor] = {}
+        for name, (file, shape, stride, offset) in json.loads(archive.read(config)).items():
+            mine = own.get(name)
+            if (mine is not None and list(mine.shape) == shape and list(mine.stride()) == stride
+                    and offset == 0):
+                constants[name] = mine.detach()  # the module's tensor itself (same storage)
+                continue
+            if file not in read:
+                read[file] = torch.load(io.BytesIO(archive.read(folder + file)), weights_only=True)
+            constants[name] = read[file].as_strided(shape, stride, offset)
+    runner.load_constants(constants, check_full_update=True, user_managed=True)
+    runner.constants = constants
+    return runner
 
 
 @contextlib.contextmanager
@@ -252,7 +284,7 @@ def load_or_build(passes: Any, size: int, weights: str, build: bool, progress: P
 
     def checked(where: Path, manifest: Dict[str, Any]) -> Optional[Any]:
         try:
-            runner = load_pass(where / manifest["package"])
+            runner = load_pass(where / manifest["package"], passes.module)
             error = passes.check_runner(runner, size)
         except Exception as exc:  # a package that does not load or run: stale or damaged
             progress(f"compiled passes: the size-{size} package in {where} does not run "
